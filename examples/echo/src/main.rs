@@ -1,0 +1,33 @@
+//! Echoes the request back: method, path, headers (one per line) and body.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+use lampyr_guest::{Request, Response};
+
+fn handle(req: Request) -> Response {
+    let mut head = String::new();
+    let _ = writeln!(head, "method: {}", req.method);
+    let _ = writeln!(head, "path: {}", req.path());
+    if let Some(q) = req.query() {
+        let _ = writeln!(head, "query: {q}");
+    }
+    for h in &req.headers {
+        let _ = writeln!(head, "header: {}: {}", h.name, String::from_utf8_lossy(&h.value));
+    }
+    let _ = writeln!(head, "body-length: {}", req.body.len());
+    head.push('\n');
+    let mut body: Vec<u8> = head.into_bytes();
+    body.extend_from_slice(&req.body);
+    Response::new(200)
+        .with_header("content-type", "text/plain; charset=utf-8")
+        .with_header("x-echo-method", req.method.as_bytes())
+        .with_body(body)
+}
+
+lampyr_guest::entry!(handle);

@@ -1,0 +1,234 @@
+//! `ly snapshot build`: boot a guest ELF, run its init, take the snapshot and
+//! write the Lampyr artifact (snapshot + guest ELF) into an OCI image layout.
+
+use std::path::{Path, PathBuf};
+
+use hyperlight_common::flatbuffer_wrappers::guest_error::ErrorCode;
+use hyperlight_host::sandbox::snapshot::OciTag;
+use hyperlight_host::{HyperlightError, Sandbox, SandboxBuilder};
+use lampyr_abi::{ABI_VERSION, ABI_VERSION_FUNCTION, HANDLE_FUNCTION, INIT_FUNCTION};
+use serde_json::json;
+
+use super::layout::{read_index, sha256_digest, write_blob, write_index};
+use super::{
+    ARTIFACT_TAG, ArtifactError, FiberMetadata, METADATA_NAMESPACE, MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF,
+    MT_HYPERLIGHT_CONFIG, SNAPSHOT_TAG,
+};
+
+/// Largest guest ELF accepted.
+pub const MAX_ELF_BYTES: u64 = 64 * 1024 * 1024;
+const PAGE: u64 = 4096;
+const FRAME_HEADROOM: u64 = 64 * 1024;
+
+/// Sizes fixed into the snapshot (Hyperlight takes them from the snapshot when restoring).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuildOptions {
+    /// Largest request and response body, in bytes (default 1 MiB).
+    pub max_body: u64,
+    /// Guest heap; by default large enough for a request and a response of `max_body`.
+    pub heap_size: Option<u64>,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions { max_body: 1024 * 1024, heap_size: None }
+    }
+}
+
+/// Buffer, heap and scratch sizes derived from [`BuildOptions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SandboxSizes {
+    /// Host↔guest buffer size in each direction.
+    pub buffer: u64,
+    /// Pages in each buffer pool (two buffers, one kept spare by Hyperlight).
+    pub pool_pages: u64,
+    /// Guest heap.
+    pub heap: u64,
+    /// Guest scratch region.
+    pub scratch: u64,
+}
+
+impl BuildOptions {
+    /// The sandbox sizes these options call for.
+    pub fn sizes(&self) -> SandboxSizes {
+        let buffer = round_up(self.max_body + FRAME_HEADROOM, PAGE);
+        let pool_pages = 2 * buffer / PAGE;
+        // The guest's buddy allocator hands out power-of-two blocks of at most half the
+        // heap; a request frame, its decoded body, the response and its frame must fit.
+        let heap = self.heap_size.unwrap_or_else(|| (4 * buffer.next_power_of_two()).max(2 * 1024 * 1024));
+        let scratch = round_up(heap + 2 * pool_pages * PAGE + 2 * 1024 * 1024, 64 * 1024);
+        SandboxSizes { buffer, pool_pages, heap, scratch }
+    }
+}
+
+fn round_up(n: u64, to: u64) -> u64 {
+    n.div_ceil(to) * to
+}
+
+/// The result of [`build_artifact`].
+#[derive(Clone, Debug)]
+pub struct BuiltArtifact {
+    /// The layout directory written.
+    pub layout: PathBuf,
+    /// Digest of the artifact index: what `lampyr.dev/snapshot-artifact` pins.
+    pub digest: String,
+    /// Digest of Hyperlight's snapshot manifest inside it.
+    pub snapshot_manifest: String,
+    /// Lampyr metadata recorded in the snapshot.
+    pub metadata: FiberMetadata,
+}
+
+/// Boots `elf` in a sandbox sized by `opts`, checks it speaks Lampyr's ABI,
+/// runs its `init`, and returns the evolved sandbox.
+pub fn boot_guest(elf: &[u8], opts: &BuildOptions) -> Result<Sandbox, ArtifactError> {
+    let s = opts.sizes();
+    let mut sandbox = SandboxBuilder::from_bytes(elf.to_vec())
+        .heap_size(s.heap)
+        .scratch_size(s.scratch as usize)
+        .h2g_buffer_size(s.buffer as usize)
+        .g2h_buffer_size(s.buffer as usize)
+        .h2g_pool_pages(s.pool_pages as usize)
+        .g2h_pool_pages(s.pool_pages as usize)
+        .build()
+        .map_err(|e| ArtifactError::hyperlight("booting the guest ELF", e))?;
+    let not_lampyr = |reason: String| ArtifactError::NotALampyrGuest { expected: ABI_VERSION, reason };
+    match sandbox.call::<u32>(ABI_VERSION_FUNCTION, ()) {
+        Ok(v) if v == u32::from(ABI_VERSION) => {}
+        Ok(v) => return Err(not_lampyr(format!("it reports ABI version {v}"))),
+        Err(HyperlightError::GuestError(ErrorCode::GuestFunctionNotFound, _)) => {
+            return Err(not_lampyr(format!("it exports no {ABI_VERSION_FUNCTION} function")));
+        }
+        Err(e) => return Err(ArtifactError::hyperlight("asking the guest for its ABI version", e)),
+    }
+    sandbox
+        .call::<u32>(INIT_FUNCTION, ())
+        .map_err(|e| ArtifactError::hyperlight("running the guest's init", e))?;
+    Ok(sandbox)
+}
+
+/// Builds the artifact for the guest ELF at `elf` into the layout at `out`.
+pub fn build_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Result<BuiltArtifact, ArtifactError> {
+    let elf_bytes = read_elf(elf)?;
+    let mut sandbox = boot_guest(&elf_bytes, opts)?;
+    let s = opts.sizes();
+    let metadata = FiberMetadata {
+        abi_version: u32::from(ABI_VERSION),
+        handler: HANDLE_FUNCTION.to_string(),
+        max_request_body: opts.max_body,
+        max_response_body: opts.max_body,
+        heap_size: s.heap,
+        scratch_size: s.scratch,
+        guest_elf_digest: sha256_digest(&elf_bytes),
+    };
+    let snapshot = sandbox
+        .snapshot()
+        .and_then(|snap| snap.with_metadata(METADATA_NAMESPACE, &metadata))
+        .map_err(|e| ArtifactError::hyperlight("taking the snapshot", e))?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| ArtifactError::io(parent, e))?;
+    }
+    let tag = OciTag::new(SNAPSHOT_TAG).map_err(|e| ArtifactError::hyperlight("naming the snapshot", e))?;
+    let snapshot_manifest = snapshot
+        .save(out, &tag)
+        .map_err(|e| ArtifactError::hyperlight(format!("saving the snapshot to {}", out.display()), e))?
+        .to_string();
+    let digest = write_artifact_index(out, &snapshot_manifest, &elf_bytes)?;
+    Ok(BuiltArtifact { layout: out.to_path_buf(), digest, snapshot_manifest, metadata })
+}
+
+fn read_elf(path: &Path) -> Result<Vec<u8>, ArtifactError> {
+    let len = std::fs::metadata(path).map_err(|e| ArtifactError::io(path, e))?.len();
+    if len > MAX_ELF_BYTES {
+        return Err(ArtifactError::TooLarge { what: path.display().to_string(), size: len, max: MAX_ELF_BYTES });
+    }
+    std::fs::read(path).map_err(|e| ArtifactError::io(path, e))
+}
+
+/// Adds the guest manifest and the artifact index around Hyperlight's
+/// snapshot manifest, tags the index `lampyr`, and returns its digest.
+fn write_artifact_index(out: &Path, snapshot_manifest: &str, elf: &[u8]) -> Result<String, ArtifactError> {
+    let empty = write_blob(out, b"{}")?;
+    let elf_digest = write_blob(out, elf)?;
+    let guest_manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": MT_GUEST,
+        "config": {"mediaType": MT_EMPTY, "digest": empty, "size": 2},
+        "layers": [{"mediaType": MT_GUEST_ELF, "digest": elf_digest, "size": elf.len()}],
+    });
+    let guest_bytes = to_json(&guest_manifest)?;
+    let guest_digest = write_blob(out, &guest_bytes)?;
+
+    let mut index = read_index(out)?;
+    let snap_desc = index
+        .manifests()
+        .iter()
+        .find(|d| d.digest().to_string() == snapshot_manifest)
+        .ok_or_else(|| ArtifactError::NotFound { reference: snapshot_manifest.to_string(), layout: out.to_path_buf() })?;
+    // Carry Hyperlight's platform annotations (they live only on index descriptors).
+    let platform: serde_json::Map<String, serde_json::Value> = snap_desc
+        .annotations()
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("dev.hyperlight."))
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    let artifact = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "artifactType": MT_ARTIFACT,
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "artifactType": MT_HYPERLIGHT_CONFIG,
+             "digest": snapshot_manifest, "size": snap_desc.size(), "annotations": platform},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "artifactType": MT_GUEST,
+             "digest": guest_digest, "size": guest_bytes.len()},
+        ],
+    });
+    let artifact_bytes = to_json(&artifact)?;
+    let artifact_digest = write_blob(out, &artifact_bytes)?;
+
+    let tagged = json!({
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "digest": artifact_digest,
+        "size": artifact_bytes.len(),
+        "annotations": {"org.opencontainers.image.ref.name": ARTIFACT_TAG},
+    });
+    let tagged = serde_json::from_value(tagged)
+        .map_err(|e| ArtifactError::Malformed { what: "artifact descriptor".into(), reason: e.to_string() })?;
+    let mut manifests: Vec<_> = index
+        .manifests()
+        .iter()
+        .filter(|d| d.annotations().as_ref().and_then(|a| a.get("org.opencontainers.image.ref.name")).map(String::as_str) != Some(ARTIFACT_TAG))
+        .cloned()
+        .collect();
+    manifests.push(tagged);
+    index.set_manifests(manifests);
+    write_index(out, &index)?;
+    Ok(artifact_digest)
+}
+
+fn to_json(value: &serde_json::Value) -> Result<Vec<u8>, ArtifactError> {
+    serde_json::to_vec(value).map_err(|e| ArtifactError::Malformed { what: "generated JSON".into(), reason: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sizes_hold_a_mebibyte_each_way() {
+        let s = BuildOptions::default().sizes();
+        assert!(s.buffer >= 1024 * 1024 + FRAME_HEADROOM);
+        assert_eq!(s.buffer % PAGE, 0);
+        assert_eq!(s.pool_pages, 2 * s.buffer / PAGE);
+        // Half the heap must hold one buffer-sized allocation, rounded to a power of two.
+        assert!(s.heap / 2 >= s.buffer.next_power_of_two());
+        assert!(s.scratch >= s.heap + 2 * s.pool_pages * PAGE);
+    }
+
+    #[test]
+    fn explicit_heap_is_kept() {
+        let opts = BuildOptions { max_body: 1024, heap_size: Some(3 << 20) };
+        assert_eq!(opts.sizes().heap, 3 << 20);
+    }
+}

@@ -1,0 +1,8 @@
+//! Lampyr's fiber runtime: snapshot artifacts (build, verify, seal, move
+//! through registries) and pools of Hyperlight fibers that serve HTTP requests.
+
+pub mod artifact;
+pub mod guest_build;
+pub mod seal;
+
+pub use artifact::{ArtifactError, ArtifactRef, BuildOptions, VerifiedArtifact};

@@ -1,0 +1,122 @@
+//! Lampyr guest SDK: turns one `fn handle(Request) -> Response` into a
+//! Hyperlight guest that speaks Lampyr's ABI (see `docs/abi.md`).
+//!
+//! ```ignore
+//! #![no_std]
+//! #![no_main]
+//! use lampyr_guest::{Request, Response};
+//!
+//! fn handle(_req: Request) -> Response {
+//!     Response::text(200, "hello\n")
+//! }
+//! lampyr_guest::entry!(handle);
+//! ```
+//!
+//! Build for `x86_64-unknown-none` with `-C link-arg=-eentrypoint`
+//! (`ly snapshot build DIR` does this). Guests must stay soft-float.
+#![no_std]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use hyperlight_guest_bin::guest_function;
+pub use lampyr_abi::{ABI_VERSION, Env, Header, Request, Response};
+use lampyr_abi::{Limits, decode_env, decode_request, encode_response};
+
+static ENV: spin::Once<Env> = spin::Once::new();
+static RAW_OVERRIDE: spin::Mutex<Option<Vec<u8>>> = spin::Mutex::new(None);
+
+unsafe extern "Rust" {
+    /// Defined by [`entry!`] in the guest binary.
+    fn __lampyr_handle(req: Request) -> Response;
+    /// Defined by [`entry!`] in the guest binary; runs once before the snapshot.
+    fn __lampyr_init();
+}
+
+/// Environment variables of the Revision (its `env`), set before the first request.
+pub mod env {
+    /// Value of the Revision environment variable `name`, if set.
+    pub fn var(name: &str) -> Option<&'static str> {
+        super::ENV.get().and_then(|env| env.get(name))
+    }
+
+    /// Every Revision environment variable, in declaration order.
+    pub fn vars() -> &'static [(alloc::string::String, alloc::string::String)] {
+        super::ENV.get().map(|env| env.vars.as_slice()).unwrap_or(&[])
+    }
+}
+
+/// Test support: make the current request return `frame` verbatim instead of
+/// an encoded [`Response`]. Lets test guests send malformed output to the host.
+#[doc(hidden)]
+pub fn __return_raw_frame(frame: Vec<u8>) {
+    *RAW_OVERRIDE.lock() = Some(frame);
+}
+
+/// Runs the guest's `init` once; the host calls it while building the snapshot.
+#[guest_function("LampyrInit")]
+fn lampyr_init() -> u32 {
+    // SAFETY: `entry!` defines `__lampyr_init` with exactly this signature in
+    // the guest binary; it is a plain Rust function with no preconditions.
+    unsafe { __lampyr_init() };
+    0
+}
+
+#[guest_function("LampyrAbiVersion")]
+fn lampyr_abi_version() -> u32 {
+    u32::from(ABI_VERSION)
+}
+
+#[guest_function("LampyrConfigure")]
+fn lampyr_configure(frame: Vec<u8>) -> String {
+    match decode_env(&frame, &Limits::for_body(0)) {
+        Ok(env) => {
+            ENV.call_once(|| env);
+            String::new()
+        }
+        Err(e) => format!("environment frame refused: {e}"),
+    }
+}
+
+#[guest_function("LampyrHandle")]
+fn lampyr_handle(frame: Vec<u8>) -> Vec<u8> {
+    // The host already enforced its limits; decode within the frame's own size.
+    let limits = Limits { max_frame: frame.len(), max_body: frame.len(), ..Limits::default() };
+    let decoded = decode_request(&frame, &limits);
+    drop(frame); // free the frame before the handler allocates its response
+    let response = match decoded {
+        // SAFETY: as for `lampyr_init`; `__lampyr_handle` is the user's handler.
+        Ok(req) => unsafe { __lampyr_handle(req) },
+        Err(e) => Response::text(400, format!("lampyr guest: request frame refused: {e}\n")),
+    };
+    match RAW_OVERRIDE.lock().take() {
+        Some(raw) => raw,
+        None => encode_response(&response),
+    }
+}
+
+/// Declares the guest's request handler, and optionally an `init` function
+/// that runs once when the snapshot is built (its effects are in every fiber).
+#[macro_export]
+macro_rules! entry {
+    ($handler:path) => {
+        $crate::entry!($handler, init = $crate::__no_init);
+    };
+    ($handler:path, init = $init:path) => {
+        #[unsafe(no_mangle)]
+        fn __lampyr_handle(req: $crate::Request) -> $crate::Response {
+            $handler(req)
+        }
+        #[unsafe(no_mangle)]
+        fn __lampyr_init() {
+            $init()
+        }
+    };
+}
+
+/// The default, empty `init`.
+#[doc(hidden)]
+pub fn __no_init() {}

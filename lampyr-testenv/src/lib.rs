@@ -1,0 +1,10 @@
+//! Test support shared by Lampyr's crates: example guests built once per
+//! process, and real components (an OCI registry) started on loopback.
+//!
+//! Everything here fails loudly, naming the setup step, when a prerequisite
+//! (`/dev/kvm`, the guest target, `docker-registry`) is missing: a test that
+//! needs one never passes by skipping.
+
+pub mod guests;
+
+pub use guests::{example_elf, require_kvm, test_guest_elf};
