@@ -3,6 +3,9 @@
 
 pub mod artifact;
 pub mod guest_build;
+pub mod metrics;
+pub mod runtime;
 pub mod seal;
 
 pub use artifact::{ArtifactError, ArtifactRef, BuildOptions, VerifiedArtifact};
+pub use runtime::{FiberPool, InvokeError, PoolConfig, Template};

@@ -6,5 +6,7 @@
 //! needs one never passes by skipping.
 
 pub mod guests;
+pub mod registry;
 
 pub use guests::{example_elf, require_kvm, test_guest_elf};
+pub use registry::TestRegistry;

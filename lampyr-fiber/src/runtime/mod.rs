@@ -1,0 +1,83 @@
+//! Fibers serving requests: templates, fibers, pools, watchdogs.
+
+pub mod fiber;
+pub mod pool;
+pub mod template;
+pub mod watchdog;
+
+pub use pool::{FiberPool, PoolConfig, PoolStats};
+pub use template::Template;
+
+/// Why a request did not get a guest's answer; each maps to one HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    /// The request body exceeds the artifact's limit.
+    #[error("request body of {size} bytes exceeds this service's limit of {max} bytes")]
+    RequestTooLarge {
+        /// Body size.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Every fiber is busy and the wait queue is full.
+    #[error("overloaded: all fibers busy and {capacity} requests already waiting")]
+    Overloaded {
+        /// Queue capacity.
+        capacity: usize,
+    },
+    /// No fiber became free before the request deadline.
+    #[error("no fiber became free before the request deadline")]
+    QueueTimeout,
+    /// The guest ran past the request deadline and was interrupted.
+    #[error("the guest did not answer before the request deadline")]
+    Timeout,
+    /// The caller went away; the guest was interrupted.
+    #[error("the caller went away before the guest answered")]
+    Abandoned,
+    /// The guest panicked or aborted.
+    #[error("the guest crashed: {0}")]
+    Crashed(String),
+    /// The guest's output is not a valid response.
+    #[error("the guest returned a malformed response: {0}")]
+    BadResponse(lampyr_abi::DecodeError),
+    /// The fiber failed for another reason.
+    #[error("the fiber failed: {0}")]
+    FiberFailed(String),
+    /// No fiber could be started.
+    #[error("no fiber available: {0}")]
+    Unavailable(String),
+}
+
+impl InvokeError {
+    /// The HTTP status a client receives.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            InvokeError::RequestTooLarge { .. } => 413,
+            InvokeError::Overloaded { .. } | InvokeError::Unavailable(_) => 503,
+            InvokeError::QueueTimeout | InvokeError::Timeout => 504,
+            InvokeError::Crashed(_) | InvokeError::BadResponse(_) | InvokeError::FiberFailed(_) => 502,
+            // Nobody reads it; 499 is the conventional "client closed request" code.
+            InvokeError::Abandoned => 499,
+        }
+    }
+
+    /// Bounded outcome name for metric labels.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            InvokeError::RequestTooLarge { .. } => "too_large",
+            InvokeError::Overloaded { .. } => "overloaded",
+            InvokeError::QueueTimeout => "queue_timeout",
+            InvokeError::Timeout => "timeout",
+            InvokeError::Abandoned => "abandoned",
+            InvokeError::Crashed(_) => "crash",
+            InvokeError::BadResponse(_) => "bad_response",
+            InvokeError::FiberFailed(_) => "error",
+            InvokeError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// Whether the request may be retried elsewhere unchanged (no guest code ran).
+    pub fn retryable(&self) -> bool {
+        matches!(self, InvokeError::Overloaded { .. } | InvokeError::QueueTimeout | InvokeError::Unavailable(_))
+    }
+}

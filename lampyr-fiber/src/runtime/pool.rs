@@ -1,0 +1,316 @@
+//! A Revision's fiber pool: at most `max_fibers` fibers, each serving one
+//! request at a time, a bounded queue in front, warm size set from outside.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lampyr_abi::{Request, Response, encode_request};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::time::Instant;
+
+use super::InvokeError;
+use super::fiber::{CallOutcome, Disposition, Fiber};
+use super::template::Template;
+use super::watchdog::{CallState, KillReason, WatchdogGuard};
+use crate::metrics::{RuntimeMetrics, outcome_labels, revision_labels};
+
+/// Bounds of one pool.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Revision name, used in metric labels and logs.
+    pub revision: String,
+    /// Most fibers alive at once (so most requests executing at once).
+    pub max_fibers: usize,
+    /// Most requests waiting for a fiber; more are refused with 503.
+    pub queue_capacity: usize,
+}
+
+/// Counts describing a pool right now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Requests executing in fibers.
+    pub in_flight: usize,
+    /// Requests waiting for a fiber.
+    pub queued: usize,
+    /// Fibers alive, idle or busy.
+    pub live: usize,
+    /// Fibers idle and warm.
+    pub idle: usize,
+    /// Warm size last asked for.
+    pub desired: usize,
+}
+
+/// The fibers of one Revision. Cheap to clone.
+#[derive(Clone)]
+pub struct FiberPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    template: Template,
+    config: PoolConfig,
+    idle: Mutex<Vec<Fiber>>,
+    slots: Arc<Semaphore>,
+    queued: AtomicUsize,
+    in_flight: AtomicUsize,
+    live: AtomicUsize,
+    desired: AtomicUsize,
+    metrics: RuntimeMetrics,
+}
+
+/// Keeps the queued count and gauge right however the wait ends.
+struct QueuedGuard<'a>(&'a PoolInner);
+
+impl Drop for QueuedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::AcqRel);
+        self.0.gauge_update();
+    }
+}
+
+impl FiberPool {
+    /// A pool of fibers restored from `template`; starts with no fibers.
+    pub fn new(template: Template, config: PoolConfig, metrics: RuntimeMetrics) -> Self {
+        let slots = Arc::new(Semaphore::new(config.max_fibers));
+        FiberPool {
+            inner: Arc::new(PoolInner {
+                template,
+                config,
+                idle: Mutex::new(Vec::new()),
+                slots,
+                queued: AtomicUsize::new(0),
+                in_flight: AtomicUsize::new(0),
+                live: AtomicUsize::new(0),
+                desired: AtomicUsize::new(0),
+                metrics,
+            }),
+        }
+    }
+
+    /// The template fibers come from.
+    pub fn template(&self) -> &Template {
+        &self.inner.template
+    }
+
+    /// Current counts.
+    pub fn stats(&self) -> PoolStats {
+        let i = &self.inner;
+        PoolStats {
+            in_flight: i.in_flight.load(Ordering::Acquire),
+            queued: i.queued.load(Ordering::Acquire),
+            live: i.live.load(Ordering::Acquire),
+            idle: i.idle_len(),
+            desired: i.desired.load(Ordering::Acquire),
+        }
+    }
+
+    /// Serves `req` on a fiber, waiting for one until `deadline` at most.
+    /// Dropping the returned future interrupts the guest (the caller is gone).
+    pub async fn invoke(&self, req: Request, deadline: Instant) -> Result<Response, InvokeError> {
+        let i = &self.inner;
+        let max = i.template.metadata().max_request_body;
+        if req.body.len() as u64 > max {
+            return Err(i.refuse(InvokeError::RequestTooLarge { size: req.body.len() as u64, max }));
+        }
+        let frame = encode_request(&req);
+        drop(req);
+        let permit = i.acquire_slot(deadline).await.map_err(|e| i.refuse(e))?;
+        let dispatched = Instant::now();
+        let state = Arc::new(CallState::default());
+        let watchdog = WatchdogGuard::arm(Arc::clone(&state), deadline);
+        let (tx, rx) = oneshot::channel();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, tx));
+        let result = rx.await;
+        watchdog.disarm();
+        let (outcome, guest_time) =
+            result.map_err(|_| InvokeError::FiberFailed("the fiber thread ended without an answer".into()))?;
+        i.record(&outcome, guest_time, dispatched.elapsed());
+        outcome_to_result(outcome)
+    }
+
+    /// Sets the warm size: creates fibers up to `n` (at most `max_fibers`)
+    /// and drops idle fibers beyond it. `0` scales the pool to zero.
+    pub async fn set_desired(&self, n: usize) -> Result<(), InvokeError> {
+        let i = Arc::clone(&self.inner);
+        let n = n.min(i.config.max_fibers);
+        i.desired.store(n, Ordering::Release);
+        tokio::task::spawn_blocking(move || i.resize(n))
+            .await
+            .map_err(|e| InvokeError::FiberFailed(format!("resizing the pool failed: {e}")))?
+    }
+}
+
+impl PoolInner {
+    fn labels(&self) -> Vec<(String, String)> {
+        revision_labels(&self.config.revision)
+    }
+
+    fn idle_len(&self) -> usize {
+        self.idle.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    fn gauge_update(&self) {
+        let labels = self.labels();
+        let m = &self.metrics;
+        m.queued.get_or_create(&labels).set(self.queued.load(Ordering::Acquire) as i64);
+        m.in_flight.get_or_create(&labels).set(self.in_flight.load(Ordering::Acquire) as i64);
+        m.fibers.get_or_create(&labels).set(self.live.load(Ordering::Acquire) as i64);
+    }
+
+    /// Counts a request refused before it reached a fiber.
+    fn refuse(&self, err: InvokeError) -> InvokeError {
+        self.metrics.requests.get_or_create(&outcome_labels(&self.config.revision, err.outcome())).inc();
+        err
+    }
+
+    async fn acquire_slot(&self, deadline: Instant) -> Result<OwnedSemaphorePermit, InvokeError> {
+        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+            return Ok(permit);
+        }
+        let capacity = self.config.queue_capacity;
+        if self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| (q < capacity).then_some(q + 1)).is_err() {
+            return Err(InvokeError::Overloaded { capacity });
+        }
+        let _queued = QueuedGuard(self);
+        self.gauge_update();
+        match tokio::time::timeout_at(deadline, Arc::clone(&self.slots).acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(InvokeError::FiberFailed("the pool is shutting down".into())),
+            Err(_) => Err(InvokeError::QueueTimeout),
+        }
+    }
+
+    /// Runs on a blocking thread: takes a fiber, calls it, answers, then recycles it.
+    fn run_call(
+        &self,
+        frame: Vec<u8>,
+        state: &CallState,
+        permit: OwnedSemaphorePermit,
+        answer: oneshot::Sender<(CallOutcome, Duration)>,
+    ) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.gauge_update();
+        let mut fiber = match self.take_fiber() {
+            Ok(f) => f,
+            Err(e) => {
+                state.mark_returned();
+                let _ = answer.send((CallOutcome::Failed(format!("could not start a fiber: {e}")), Duration::ZERO));
+                self.finish_call(None, permit);
+                return;
+            }
+        };
+        state.set_fiber(fiber.interrupt_handle());
+        let (outcome, guest_time) = match state.reason() {
+            KillReason::None => fiber.call(frame, &self.template, state),
+            KillReason::Deadline => (CallOutcome::TimedOut, Duration::ZERO),
+            KillReason::CallerGone => (CallOutcome::Abandoned, Duration::ZERO),
+        };
+        state.mark_returned();
+        let malformed = matches!(outcome, CallOutcome::BadResponse(_));
+        // Answer first: the restore is off the response's path.
+        let _ = answer.send((outcome, guest_time));
+        let kept = match fiber.recycle(&self.template, malformed) {
+            Disposition::Reuse => {
+                self.metrics.restores.get_or_create(&self.labels()).inc();
+                Some(fiber)
+            }
+            Disposition::Discard => {
+                self.metrics.discards.get_or_create(&self.labels()).inc();
+                None
+            }
+        };
+        self.finish_call(kept, permit);
+    }
+
+    /// Returns a fiber (if kept) to the idle list, then frees the slot.
+    fn finish_call(&self, fiber: Option<Fiber>, permit: OwnedSemaphorePermit) {
+        match fiber {
+            Some(f) => self.push_idle(f),
+            None => self.drop_fiber(None),
+        }
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.gauge_update();
+        drop(permit);
+    }
+
+    fn take_fiber(&self) -> Result<Fiber, hyperlight_host::HyperlightError> {
+        if let Some(f) = self.idle.lock().ok().and_then(|mut v| v.pop()) {
+            return Ok(f);
+        }
+        self.start_fiber()
+    }
+
+    fn start_fiber(&self) -> Result<Fiber, hyperlight_host::HyperlightError> {
+        let fiber = Fiber::new(&self.template)?;
+        self.live.fetch_add(1, Ordering::AcqRel);
+        self.metrics.fiber_starts.get_or_create(&self.labels()).inc();
+        Ok(fiber)
+    }
+
+    fn push_idle(&self, fiber: Fiber) {
+        match self.idle.lock() {
+            Ok(mut idle) => idle.push(fiber),
+            Err(_) => self.drop_fiber(Some(fiber)),
+        }
+    }
+
+    fn drop_fiber(&self, fiber: Option<Fiber>) {
+        drop(fiber);
+        self.live.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Creates or drops idle fibers until `n` are alive (busy ones are never dropped).
+    fn resize(&self, n: usize) -> Result<(), InvokeError> {
+        while self.live.load(Ordering::Acquire) < n {
+            let fiber = self
+                .start_fiber()
+                .map_err(|e| InvokeError::Unavailable(format!("could not start a fiber: {e}")))?;
+            self.push_idle(fiber);
+        }
+        loop {
+            if self.live.load(Ordering::Acquire) <= n {
+                break;
+            }
+            let Some(fiber) = self.idle.lock().ok().and_then(|mut v| v.pop()) else { break };
+            self.drop_fiber(Some(fiber));
+        }
+        self.gauge_update();
+        Ok(())
+    }
+
+    fn record(&self, outcome: &CallOutcome, guest_time: Duration, total: Duration) {
+        let rev = &self.config.revision;
+        let labels = self.labels();
+        let m = &self.metrics;
+        let name = match outcome {
+            CallOutcome::Answered(_) => "ok",
+            CallOutcome::BadResponse(_) => "bad_response",
+            CallOutcome::TimedOut => {
+                m.timeouts.get_or_create(&labels).inc();
+                "timeout"
+            }
+            CallOutcome::Abandoned => "abandoned",
+            CallOutcome::Crashed(_) => {
+                m.crashes.get_or_create(&labels).inc();
+                "crash"
+            }
+            CallOutcome::Failed(_) => "error",
+        };
+        m.requests.get_or_create(&outcome_labels(rev, name)).inc();
+        m.guest_seconds.get_or_create(&labels).observe(guest_time.as_secs_f64());
+        m.host_overhead_seconds.get_or_create(&labels).observe(total.saturating_sub(guest_time).as_secs_f64());
+    }
+}
+
+fn outcome_to_result(outcome: CallOutcome) -> Result<Response, InvokeError> {
+    match outcome {
+        CallOutcome::Answered(resp) => Ok(resp),
+        CallOutcome::BadResponse(e) => Err(InvokeError::BadResponse(e)),
+        CallOutcome::TimedOut => Err(InvokeError::Timeout),
+        CallOutcome::Abandoned => Err(InvokeError::Abandoned),
+        CallOutcome::Crashed(msg) => Err(InvokeError::Crashed(msg)),
+        CallOutcome::Failed(msg) => Err(InvokeError::FiberFailed(msg)),
+    }
+}

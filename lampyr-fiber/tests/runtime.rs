@@ -1,0 +1,189 @@
+//! Fibers serving requests under /dev/kvm: isolation, timeouts, crashes,
+//! malformed output, limits, back-pressure and scaling hooks.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lampyr_abi::{Env, Request};
+use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact, verify_layout};
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::{FiberPool, InvokeError, PoolConfig, Template};
+use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
+use tokio::time::Instant;
+
+struct Built {
+    _dir: tempfile::TempDir,
+    artifact: VerifiedArtifact,
+}
+
+fn build(elf: PathBuf, opts: BuildOptions) -> Built {
+    require_kvm();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let layout = dir.path().join("artifact");
+    let built = build_artifact(&elf, &layout, &opts).expect("artifact builds");
+    let artifact = verify_layout(&layout, Some(&built.digest)).expect("artifact verifies");
+    Built { _dir: dir, artifact }
+}
+
+fn pool(built: &Built, env: Env, max_fibers: usize, queue_capacity: usize) -> FiberPool {
+    let template = Template::load(&built.artifact, &env).expect("template loads");
+    let config = PoolConfig { revision: "test-00001".into(), max_fibers, queue_capacity };
+    FiberPool::new(template, config, RuntimeMetrics::default())
+}
+
+fn get(path: &str) -> Request {
+    Request { method: "GET".into(), uri: path.into(), ..Request::default() }
+}
+
+fn in_secs(s: u64) -> Instant {
+    Instant::now() + Duration::from_secs(s)
+}
+
+fn body(resp: &lampyr_abi::Response) -> String {
+    String::from_utf8_lossy(&resp.body).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hello_answers_with_the_revision_environment() {
+    let built = build(example_elf("hello"), BuildOptions::default());
+    let env = Env { vars: vec![("TARGET".into(), "Lampyr".into())] };
+    let pool = pool(&built, env, 2, 4);
+    let resp = pool.invoke(get("/"), in_secs(30)).await.expect("answers");
+    assert_eq!(resp.status, 200);
+    assert_eq!(body(&resp), "Hello Lampyr!\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_state_leaks_between_requests() {
+    let built = build(test_guest_elf("counter"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 1, 4);
+    for _ in 0..5 {
+        let resp = pool.invoke(get("/"), in_secs(30)).await.expect("answers");
+        assert_eq!(body(&resp), "1\n", "the guest's counter must restart from the snapshot every request");
+    }
+    assert_eq!(pool.stats().live, 1, "one fiber served every request");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_looping_guest_times_out_and_its_fiber_recovers() {
+    let built = build(test_guest_elf("spin"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 1, 4);
+    let started = std::time::Instant::now();
+    let err = pool.invoke(get("/loop"), Instant::now() + Duration::from_millis(500)).await.expect_err("times out");
+    assert!(matches!(err, InvokeError::Timeout), "{err}");
+    assert_eq!(err.http_status(), 504);
+    assert!(started.elapsed() < Duration::from_secs(20), "the kill landed: {:?}", started.elapsed());
+    let resp = pool.invoke(get("/"), in_secs(30)).await.expect("the same fiber answers again");
+    assert_eq!(body(&resp), "not looping\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn panicking_and_heap_exhausting_guests_give_502_and_recover() {
+    for (guest, path, healthy) in [("panic", "/panic", "still alive\n"), ("heap", "/exhaust", "heap fine\n")] {
+        let built = build(test_guest_elf(guest), BuildOptions::default());
+        let pool = pool(&built, Env::default(), 1, 4);
+        let err = pool.invoke(get(path), in_secs(60)).await.expect_err("guest fails");
+        assert_eq!(err.http_status(), 502, "{guest}: {err}");
+        let resp = pool.invoke(get("/"), in_secs(30)).await.expect("recovers");
+        assert_eq!(body(&resp), healthy, "{guest}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_guest_output_is_a_502_and_the_fiber_is_discarded() {
+    let built = build(test_guest_elf("counter"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 1, 4);
+    let err = pool.invoke(get("/hostile"), in_secs(30)).await.expect_err("refused");
+    assert!(matches!(err, InvokeError::BadResponse(_)), "{err}");
+    assert_eq!(err.http_status(), 502);
+    let resp = pool.invoke(get("/"), in_secs(30)).await.expect("a new fiber answers");
+    assert_eq!(body(&resp), "1\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bodies_up_to_the_limit_pass_and_larger_ones_are_413() {
+    let built = build(test_guest_elf("counter"), BuildOptions { max_body: 64 * 1024, heap_size: None });
+    let pool = pool(&built, Env::default(), 1, 4);
+    let resp = pool.invoke(get(&format!("/big?{}", 64 * 1024)), in_secs(60)).await.expect("64 KiB response");
+    assert_eq!(resp.body.len(), 64 * 1024);
+    let mut req = get("/");
+    req.body = vec![b'a'; 64 * 1024];
+    pool.invoke(req, in_secs(60)).await.expect("64 KiB request");
+    let mut req = get("/");
+    req.body = vec![b'a'; 64 * 1024 + 1];
+    let err = pool.invoke(req, in_secs(60)).await.expect_err("too large");
+    assert_eq!(err.http_status(), 413, "{err}");
+    let err = pool.invoke(get(&format!("/big?{}", 64 * 1024 + 1)), in_secs(60)).await.expect_err("response too large");
+    assert_eq!(err.http_status(), 502, "{err}");
+    assert_eq!(body(&pool.invoke(get("/"), in_secs(30)).await.expect("still serving")), "1\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mebibyte_each_way_by_default() {
+    let built = build(example_elf("echo"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 1, 4);
+    let mut req = get("/upload");
+    req.method = "POST".into();
+    req.body = vec![b'z'; 1000 * 1024];
+    let resp = pool.invoke(req, in_secs(120)).await.expect("1000 KiB echoed");
+    assert!(resp.body.ends_with(&vec![b'z'; 1000 * 1024]));
+    let mut req = get("/upload");
+    req.body = vec![b'z'; 1024 * 1024 + 1];
+    assert_eq!(pool.invoke(req, in_secs(60)).await.expect_err("over 1 MiB").http_status(), 413);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_queue_sheds_load_with_503() {
+    let built = build(test_guest_elf("spin"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 1, 1);
+    let busy = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.invoke(get("/loop"), Instant::now() + Duration::from_secs(3)).await })
+    };
+    wait_for(|| pool.stats().in_flight == 1).await;
+    let queued = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.invoke(get("/"), Instant::now() + Duration::from_secs(20)).await })
+    };
+    wait_for(|| pool.stats().queued == 1).await;
+    let err = pool.invoke(get("/"), in_secs(10)).await.expect_err("queue is full");
+    assert!(matches!(err, InvokeError::Overloaded { capacity: 1 }), "{err}");
+    assert_eq!(err.http_status(), 503);
+    assert!(matches!(busy.await.expect("joins"), Err(InvokeError::Timeout)));
+    assert_eq!(body(&queued.await.expect("joins").expect("queued request served")), "not looping\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_request_frees_its_fiber() {
+    let built = build(test_guest_elf("spin"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 1, 4);
+    let call = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.invoke(get("/loop"), in_secs(600)).await })
+    };
+    wait_for(|| pool.stats().in_flight == 1).await;
+    call.abort(); // the client disconnected
+    let resp = pool.invoke(get("/"), in_secs(30)).await.expect("the fiber was freed");
+    assert_eq!(body(&resp), "not looping\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warm_size_grows_and_shrinks_to_zero() {
+    let built = build(example_elf("hello"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 3, 4);
+    pool.set_desired(5).await.expect("grows");
+    assert_eq!((pool.stats().live, pool.stats().idle, pool.stats().desired), (3, 3, 3), "capped at max_fibers");
+    pool.invoke(get("/"), in_secs(30)).await.expect("answers from a warm fiber");
+    pool.set_desired(0).await.expect("shrinks");
+    assert_eq!(pool.stats().live, 0);
+    pool.invoke(get("/"), in_secs(30)).await.expect("cold start from zero");
+    assert_eq!(pool.stats().live, 1);
+}
+
+async fn wait_for(cond: impl Fn() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "condition not reached in 30 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

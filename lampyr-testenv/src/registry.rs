@@ -1,0 +1,132 @@
+//! A real OCI registry (Debian's `docker-registry`, distribution 2.8) on a
+//! loopback port with its own storage, for tests that move artifacts.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BINARY: &str = "/usr/bin/docker-registry";
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+const START_ATTEMPTS: usize = 3;
+
+/// A running `docker-registry` serving plain HTTP on `127.0.0.1:PORT`; killed on drop.
+pub struct TestRegistry {
+    child: Child,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl TestRegistry {
+    /// Starts a registry on a free loopback port and waits until `GET /v2/` answers 200.
+    ///
+    /// Panics, with the fix or the registry's log, when it cannot be started.
+    pub fn start() -> Self {
+        assert!(
+            Path::new(BINARY).is_file(),
+            "docker-registry not found: run scripts/setup (installs Debian's docker-registry)"
+        );
+        let mut last_log = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
+            let addr = free_loopback_addr();
+            let child = spawn(dir.path(), addr);
+            let mut registry = TestRegistry { child, addr, dir };
+            match registry.wait_ready() {
+                Ok(()) => return registry,
+                // Another process may have taken the port between probe and bind: retry.
+                Err(log) if log.contains("address already in use") => last_log = log,
+                Err(log) => panic!("docker-registry on {addr} did not become ready:\n{log}"),
+            }
+        }
+        panic!("docker-registry could not bind a free loopback port after {START_ATTEMPTS} attempts:\n{last_log}")
+    }
+
+    /// Listening address, e.g. `127.0.0.1:41234`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `host:port` as it appears in references, e.g. `127.0.0.1:41234`.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The registry's storage root (`storage.filesystem.rootdirectory`).
+    pub fn storage_dir(&self) -> PathBuf {
+        self.dir.path().join("storage")
+    }
+
+    /// Where the registry keeps the bytes of blob `digest` (`sha256:<hex>`).
+    pub fn blob_data_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        let prefix = hex.get(..2).unwrap_or(hex);
+        self.storage_dir().join("docker/registry/v2/blobs/sha256").join(prefix).join(hex).join("data")
+    }
+
+    /// The registry's log so far (it logs every request to stderr).
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("it exited with {status}; its log:\n{}", self.log()));
+            }
+            if probe_v2(self.addr) == Some(200) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("GET /v2/ did not answer 200 within {READY_TIMEOUT:?}; its log:\n{}", self.log()))
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_loopback_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("local address")
+}
+
+fn spawn(dir: &Path, addr: SocketAddr) -> Child {
+    let storage = dir.join("storage");
+    fs::create_dir_all(&storage).expect("registry storage dir");
+    let config = dir.join("config.yml");
+    let yaml = format!(
+        "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+        storage.display()
+    );
+    fs::write(&config, yaml).expect("write registry config");
+    // The registry logs every request: a file never fills up and blocks it as a pipe would.
+    let log = fs::File::create(dir.join("registry.log")).expect("registry log file");
+    Command::new(BINARY)
+        .arg("serve")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone log handle"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {BINARY}: {e}"))
+}
+
+/// Status code of `GET /v2/`, or `None` when nothing answers yet.
+fn probe_v2(addr: SocketAddr) -> Option<u16> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let request = format!("GET /v2/ HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    // "HTTP/1.1 200"
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
