@@ -26,6 +26,14 @@ pub enum GuestBuildError {
         /// What cargo printed.
         diagnostics: String,
     },
+    /// The crate or workspace builds several executables and none was chosen.
+    #[error("{dir} builds several guests ({}): choose one with --bin", .names.join(", "))]
+    Ambiguous {
+        /// The crate directory.
+        dir: PathBuf,
+        /// Executables built.
+        names: Vec<String>,
+    },
     /// cargo succeeded but produced no matching executable.
     #[error("cargo built no executable{} in {dir}", .bin.as_ref().map(|b| format!(" named {b:?}")).unwrap_or_default())]
     NoExecutable {
@@ -89,10 +97,10 @@ impl GuestBuild {
                 text
             })
         });
-        let mut executable = None;
+        let mut executables = Vec::new();
         if let Some(stdout) = child.stdout.take() {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                executable = self.read_message(&line, progress).or(executable);
+                executables.extend(self.read_message(&line, progress));
             }
         }
         let status = child.wait().map_err(GuestBuildError::Spawn)?;
@@ -100,11 +108,15 @@ impl GuestBuild {
         if !status.success() {
             return Err(GuestBuildError::Failed { dir: self.dir.clone(), diagnostics });
         }
-        executable.ok_or_else(|| GuestBuildError::NoExecutable { dir: self.dir.clone(), bin: self.bin.clone() })
+        match executables.len() {
+            0 => Err(GuestBuildError::NoExecutable { dir: self.dir.clone(), bin: self.bin.clone() }),
+            1 => Ok(executables.remove(0).1),
+            _ => Err(GuestBuildError::Ambiguous { dir: self.dir.clone(), names: executables.into_iter().map(|e| e.0).collect() }),
+        }
     }
 
-    /// Reports progress for one cargo JSON message; returns an executable it names.
-    fn read_message(&self, line: &str, progress: &dyn Fn(&str)) -> Option<PathBuf> {
+    /// Reports progress for one cargo JSON message; returns the executable it names.
+    fn read_message(&self, line: &str, progress: &dyn Fn(&str)) -> Option<(String, PathBuf)> {
         let msg: serde_json::Value = serde_json::from_str(line).ok()?;
         if msg.get("reason")?.as_str()? != "compiler-artifact" {
             return None;
@@ -116,7 +128,7 @@ impl GuestBuild {
         let exe = msg.get("executable")?.as_str()?;
         match &self.bin {
             Some(bin) if bin != name => None,
-            _ => Some(PathBuf::from(exe)),
+            _ => Some((name.to_string(), PathBuf::from(exe))),
         }
     }
 }

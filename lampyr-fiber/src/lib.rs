@@ -2,8 +2,10 @@
 //! through registries) and pools of Hyperlight fibers that serve HTTP requests.
 
 pub mod artifact;
+pub mod cache;
 pub mod guest_build;
 pub mod metrics;
+pub mod registry;
 pub mod runtime;
 pub mod seal;
 

@@ -98,3 +98,72 @@ pub fn render(registry: &Registry) -> String {
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     out
 }
+
+/// Every outcome a request can have, as labelled in `lampyr_fiber_requests_total`.
+pub const OUTCOMES: [&str; 10] = [
+    "ok",
+    "bad_response",
+    "timeout",
+    "abandoned",
+    "crash",
+    "error",
+    "too_large",
+    "overloaded",
+    "queue_timeout",
+    "unavailable",
+];
+
+/// One Revision's metric handles, looked up once so requests never search the families.
+#[derive(Clone)]
+pub struct PoolMetrics {
+    requests: Vec<(&'static str, Counter)>,
+    /// Guest time per request.
+    pub guest_seconds: Histogram,
+    /// Host overhead per request.
+    pub host_overhead_seconds: Histogram,
+    /// Fibers created.
+    pub fiber_starts: Counter,
+    /// Fibers restored.
+    pub restores: Counter,
+    /// Requests interrupted at their deadline.
+    pub timeouts: Counter,
+    /// Guest crashes.
+    pub crashes: Counter,
+    /// Fibers discarded.
+    pub discards: Counter,
+    /// Requests executing now.
+    pub in_flight: Gauge,
+    /// Requests waiting now.
+    pub queued: Gauge,
+    /// Fibers alive now.
+    pub fibers: Gauge,
+}
+
+impl PoolMetrics {
+    /// Counts one request with `outcome` (one of [`OUTCOMES`]).
+    pub fn request(&self, outcome: &str) {
+        if let Some((_, c)) = self.requests.iter().find(|(name, _)| *name == outcome) {
+            c.inc();
+        }
+    }
+}
+
+impl RuntimeMetrics {
+    /// The handles of Revision `revision`.
+    pub fn for_revision(&self, revision: &str) -> PoolMetrics {
+        let labels = revision_labels(revision);
+        PoolMetrics {
+            requests: OUTCOMES.iter().map(|o| (*o, self.requests.get_or_create_owned(&outcome_labels(revision, o)))).collect(),
+            guest_seconds: self.guest_seconds.get_or_create_owned(&labels),
+            host_overhead_seconds: self.host_overhead_seconds.get_or_create_owned(&labels),
+            fiber_starts: self.fiber_starts.get_or_create_owned(&labels),
+            restores: self.restores.get_or_create_owned(&labels),
+            timeouts: self.timeouts.get_or_create_owned(&labels),
+            crashes: self.crashes.get_or_create_owned(&labels),
+            discards: self.discards.get_or_create_owned(&labels),
+            in_flight: self.in_flight.get_or_create_owned(&labels),
+            queued: self.queued.get_or_create_owned(&labels),
+            fibers: self.fibers.get_or_create_owned(&labels),
+        }
+    }
+}

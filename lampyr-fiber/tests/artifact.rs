@@ -55,7 +55,7 @@ fn tampered_truncated_and_unpinned_artifacts_are_refused() {
     let index = read_index(&layout).expect("index");
     let snap = index.manifests().iter().find(|d| d.digest().to_string() == v.snapshot_manifest).expect("snapshot desc");
     let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(blob_path(&layout, &snap.digest().to_string()).expect("path")).expect("read")).expect("json");
+        serde_json::from_slice(&std::fs::read(blob_path(&layout, snap.digest().as_ref()).expect("path")).expect("read")).expect("json");
     let memory = manifest["layers"][0]["digest"].as_str().expect("memory digest");
     let memory_path = blob_path(&layout, memory).expect("path");
     let bytes = std::fs::read(&memory_path).expect("read memory");

@@ -187,3 +187,49 @@ async fn wait_for(cond: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// Rewrites the artifact as if its snapshot had been taken on a CPU of another vendor.
+fn repin_as_foreign(artifact: &VerifiedArtifact) -> String {
+    use lampyr_fiber::artifact::layout::{blob_path, read_index, write_blob, write_index};
+    let layout = &artifact.layout;
+    let read_json = |digest: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(blob_path(layout, digest).expect("path")).expect("read")).expect("json")
+    };
+    let foreign = if artifact.platform.cpu_vendor == "AuthenticAMD" { "GenuineIntel" } else { "AuthenticAMD" };
+    let mut index = read_json(&artifact.digest);
+    let mut manifest = read_json(&artifact.snapshot_manifest);
+    let mut config = read_json(manifest["config"]["digest"].as_str().expect("config digest"));
+    config["cpu_vendor"] = foreign.into();
+    let config_bytes = serde_json::to_vec(&config).expect("json");
+    manifest["config"]["digest"] = write_blob(layout, &config_bytes).expect("write").into();
+    manifest["config"]["size"] = config_bytes.len().into();
+    let manifest_bytes = serde_json::to_vec(&manifest).expect("json");
+    index["manifests"][0]["digest"] = write_blob(layout, &manifest_bytes).expect("write").into();
+    index["manifests"][0]["size"] = manifest_bytes.len().into();
+    index["manifests"][0]["annotations"]["dev.hyperlight.snapshot.cpu.vendor"] = foreign.into();
+    let index_bytes = serde_json::to_vec(&index).expect("json");
+    let digest = write_blob(layout, &index_bytes).expect("write");
+    let mut top = read_index(layout).expect("index.json");
+    let desc = serde_json::json!({"mediaType": "application/vnd.oci.image.index.v1+json", "digest": digest, "size": index_bytes.len()});
+    let mut manifests = top.manifests().clone();
+    manifests.push(serde_json::from_value(desc).expect("descriptor"));
+    top.set_manifests(manifests);
+    write_index(layout, &top).expect("write index.json");
+    digest
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_from_another_platform_boots_the_carried_elf() {
+    let built = build(example_elf("hello"), BuildOptions::default());
+    let digest = repin_as_foreign(&built.artifact);
+    let foreign = verify_layout(&built.artifact.layout, Some(&digest)).expect("a foreign snapshot still verifies");
+    assert!(
+        matches!(&foreign.fit, lampyr_fiber::artifact::PlatformFit::Mismatch { field: "cpu_vendor", .. }),
+        "{:?}",
+        foreign.fit
+    );
+    let template = Template::load(&foreign, &Env::default()).expect("falls back to the ELF");
+    let pool = FiberPool::new(template, PoolConfig { revision: "x".into(), max_fibers: 1, queue_capacity: 1 }, RuntimeMetrics::default());
+    let resp = pool.invoke(get("/"), in_secs(30)).await.expect("answers");
+    assert_eq!(body(&resp), "Hello World!\n");
+}

@@ -112,7 +112,7 @@ pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifac
     expect("guest manifest config.mediaType", MT_EMPTY, Some(guest.config().media_type().to_string()))?;
     let elf = &guest.layers()[0];
     verify_blob_file(layout, elf, "guest ELF layer", MAX_ELF_BYTES)?;
-    expect("metadata guestElfDigest", &elf.digest().to_string(), Some(metadata.guest_elf_digest.clone()))?;
+    expect("metadata guestElfDigest", elf.digest().as_ref(), Some(metadata.guest_elf_digest.clone()))?;
 
     let platform = Platform { arch: config.arch, hypervisor: config.hypervisor, cpu_vendor: config.cpu_vendor };
     let fit = match Platform::host().mismatch(&platform) {
@@ -123,7 +123,7 @@ pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifac
         layout: layout.to_path_buf(),
         digest,
         snapshot_manifest: snap_desc.digest().to_string(),
-        guest_elf: blob_path(layout, &elf.digest().to_string())?,
+        guest_elf: blob_path(layout, elf.digest().as_ref())?,
         metadata,
         platform,
         fit,

@@ -5,7 +5,7 @@ pub mod pool;
 pub mod template;
 pub mod watchdog;
 
-pub use pool::{FiberPool, PoolConfig, PoolStats};
+pub use pool::{CallTimings, FiberPool, PoolConfig, PoolStats};
 pub use template::Template;
 
 /// Why a request did not get a guest's answer; each maps to one HTTP status.

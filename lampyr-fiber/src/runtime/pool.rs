@@ -13,7 +13,7 @@ use super::InvokeError;
 use super::fiber::{CallOutcome, Disposition, Fiber};
 use super::template::Template;
 use super::watchdog::{CallState, KillReason, WatchdogGuard};
-use crate::metrics::{RuntimeMetrics, outcome_labels, revision_labels};
+use crate::metrics::{PoolMetrics, RuntimeMetrics};
 
 /// Bounds of one pool.
 #[derive(Clone, Debug)]
@@ -41,6 +41,15 @@ pub struct PoolStats {
     pub desired: usize,
 }
 
+/// Where one request's time went once it had a fiber slot (queueing excluded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallTimings {
+    /// Executing guest code.
+    pub guest: Duration,
+    /// Host work around the call: fiber checkout, watchdog, hand-offs, decoding.
+    pub host: Duration,
+}
+
 /// The fibers of one Revision. Cheap to clone.
 #[derive(Clone)]
 pub struct FiberPool {
@@ -56,7 +65,7 @@ struct PoolInner {
     in_flight: AtomicUsize,
     live: AtomicUsize,
     desired: AtomicUsize,
-    metrics: RuntimeMetrics,
+    metrics: PoolMetrics,
 }
 
 /// Keeps the queued count and gauge right however the wait ends.
@@ -73,6 +82,7 @@ impl FiberPool {
     /// A pool of fibers restored from `template`; starts with no fibers.
     pub fn new(template: Template, config: PoolConfig, metrics: RuntimeMetrics) -> Self {
         let slots = Arc::new(Semaphore::new(config.max_fibers));
+        let metrics = metrics.for_revision(&config.revision);
         FiberPool {
             inner: Arc::new(PoolInner {
                 template,
@@ -108,6 +118,11 @@ impl FiberPool {
     /// Serves `req` on a fiber, waiting for one until `deadline` at most.
     /// Dropping the returned future interrupts the guest (the caller is gone).
     pub async fn invoke(&self, req: Request, deadline: Instant) -> Result<Response, InvokeError> {
+        self.invoke_timed(req, deadline).await.map(|(resp, _)| resp)
+    }
+
+    /// [`FiberPool::invoke`], also returning where the time went.
+    pub async fn invoke_timed(&self, req: Request, deadline: Instant) -> Result<(Response, CallTimings), InvokeError> {
         let i = &self.inner;
         let max = i.template.metadata().max_request_body;
         if req.body.len() as u64 > max {
@@ -126,8 +141,9 @@ impl FiberPool {
         watchdog.disarm();
         let (outcome, guest_time) =
             result.map_err(|_| InvokeError::FiberFailed("the fiber thread ended without an answer".into()))?;
-        i.record(&outcome, guest_time, dispatched.elapsed());
-        outcome_to_result(outcome)
+        let timings = CallTimings { guest: guest_time, host: dispatched.elapsed().saturating_sub(guest_time) };
+        i.record(&outcome, timings);
+        outcome_to_result(outcome).map(|resp| (resp, timings))
     }
 
     /// Sets the warm size: creates fibers up to `n` (at most `max_fibers`)
@@ -143,25 +159,20 @@ impl FiberPool {
 }
 
 impl PoolInner {
-    fn labels(&self) -> Vec<(String, String)> {
-        revision_labels(&self.config.revision)
-    }
-
     fn idle_len(&self) -> usize {
         self.idle.lock().map(|v| v.len()).unwrap_or(0)
     }
 
     fn gauge_update(&self) {
-        let labels = self.labels();
         let m = &self.metrics;
-        m.queued.get_or_create(&labels).set(self.queued.load(Ordering::Acquire) as i64);
-        m.in_flight.get_or_create(&labels).set(self.in_flight.load(Ordering::Acquire) as i64);
-        m.fibers.get_or_create(&labels).set(self.live.load(Ordering::Acquire) as i64);
+        m.queued.set(self.queued.load(Ordering::Acquire) as i64);
+        m.in_flight.set(self.in_flight.load(Ordering::Acquire) as i64);
+        m.fibers.set(self.live.load(Ordering::Acquire) as i64);
     }
 
     /// Counts a request refused before it reached a fiber.
     fn refuse(&self, err: InvokeError) -> InvokeError {
-        self.metrics.requests.get_or_create(&outcome_labels(&self.config.revision, err.outcome())).inc();
+        self.metrics.request(err.outcome());
         err
     }
 
@@ -213,11 +224,11 @@ impl PoolInner {
         let _ = answer.send((outcome, guest_time));
         let kept = match fiber.recycle(&self.template, malformed) {
             Disposition::Reuse => {
-                self.metrics.restores.get_or_create(&self.labels()).inc();
+                self.metrics.restores.inc();
                 Some(fiber)
             }
             Disposition::Discard => {
-                self.metrics.discards.get_or_create(&self.labels()).inc();
+                self.metrics.discards.inc();
                 None
             }
         };
@@ -245,7 +256,7 @@ impl PoolInner {
     fn start_fiber(&self) -> Result<Fiber, hyperlight_host::HyperlightError> {
         let fiber = Fiber::new(&self.template)?;
         self.live.fetch_add(1, Ordering::AcqRel);
-        self.metrics.fiber_starts.get_or_create(&self.labels()).inc();
+        self.metrics.fiber_starts.inc();
         Ok(fiber)
     }
 
@@ -280,27 +291,25 @@ impl PoolInner {
         Ok(())
     }
 
-    fn record(&self, outcome: &CallOutcome, guest_time: Duration, total: Duration) {
-        let rev = &self.config.revision;
-        let labels = self.labels();
+    fn record(&self, outcome: &CallOutcome, timings: CallTimings) {
         let m = &self.metrics;
         let name = match outcome {
             CallOutcome::Answered(_) => "ok",
             CallOutcome::BadResponse(_) => "bad_response",
             CallOutcome::TimedOut => {
-                m.timeouts.get_or_create(&labels).inc();
+                m.timeouts.inc();
                 "timeout"
             }
             CallOutcome::Abandoned => "abandoned",
             CallOutcome::Crashed(_) => {
-                m.crashes.get_or_create(&labels).inc();
+                m.crashes.inc();
                 "crash"
             }
             CallOutcome::Failed(_) => "error",
         };
-        m.requests.get_or_create(&outcome_labels(rev, name)).inc();
-        m.guest_seconds.get_or_create(&labels).observe(guest_time.as_secs_f64());
-        m.host_overhead_seconds.get_or_create(&labels).observe(total.saturating_sub(guest_time).as_secs_f64());
+        m.request(name);
+        m.guest_seconds.observe(timings.guest.as_secs_f64());
+        m.host_overhead_seconds.observe(timings.host.as_secs_f64());
     }
 }
 

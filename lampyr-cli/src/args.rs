@@ -1,0 +1,60 @@
+//! Command-line grammar of `ly`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Lampyr: Knative services on Hyperlight fibers.
+#[derive(Debug, Parser)]
+#[command(name = "ly", version, about)]
+pub struct Cli {
+    /// Log more (also: LY_LOG=debug).
+    #[arg(long, global = true)]
+    pub verbose: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Build, move and check snapshot artifacts.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+/// `ly snapshot …`
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Boot a guest, run its init, and save the snapshot artifact as an OCI layout.
+    Build {
+        /// A guest ELF, or a guest crate directory (built for x86_64-unknown-none first).
+        guest: PathBuf,
+        /// Layout directory to write.
+        #[arg(long, short)]
+        output: PathBuf,
+        /// Largest request/response body in bytes (fixes buffer and heap sizes).
+        #[arg(long, default_value_t = 1024 * 1024)]
+        max_body: u64,
+        /// Guest heap in bytes (default: enough for two bodies of --max-body).
+        #[arg(long)]
+        heap_size: Option<u64>,
+        /// Binary to build when the crate has several.
+        #[arg(long)]
+        bin: Option<String>,
+    },
+    /// Show an artifact's digest, platform, metadata and blobs.
+    Inspect {
+        /// `registry/repo@sha256:…` or a layout directory (optionally `DIR@sha256:…`).
+        reference: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify an artifact: digests, sizes, media types, format version, platform.
+    Verify {
+        /// `registry/repo@sha256:…` or a layout directory (optionally `DIR@sha256:…`).
+        reference: String,
+    },
+}

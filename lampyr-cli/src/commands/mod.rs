@@ -1,0 +1,40 @@
+//! Command implementations and the CLI's error type.
+
+pub mod snapshot;
+
+use crate::args::{Cli, Command};
+use crate::ui::Ui;
+
+/// Why a command failed; each variant says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// An artifact could not be built, read or verified.
+    #[error(transparent)]
+    Artifact(#[from] lampyr_fiber::ArtifactError),
+    /// A guest crate did not build.
+    #[error(transparent)]
+    GuestBuild(#[from] lampyr_fiber::guest_build::GuestBuildError),
+    /// The command line asks for something impossible.
+    #[error("{0}")]
+    Usage(String),
+    /// The async runtime could not start.
+    #[error("could not start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl CliError {
+    /// Process exit code: 2 for usage errors, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Runs one parsed command line.
+pub fn run(cli: Cli, ui: &mut Ui) -> Result<(), CliError> {
+    match cli.command {
+        Command::Snapshot(cmd) => snapshot::run(cmd, ui),
+    }
+}

@@ -1,0 +1,105 @@
+//! `ly snapshot build | inspect | verify`.
+
+use std::path::{Path, PathBuf};
+
+use lampyr_fiber::artifact::{ArtifactRef, BuildOptions, PlatformFit, VerifiedArtifact, build_artifact, verify_layout};
+use lampyr_fiber::guest_build::{GuestBuild, is_crate_dir};
+
+use super::CliError;
+use crate::args::SnapshotCommand;
+use crate::ui::Ui;
+
+/// Runs one `ly snapshot` subcommand.
+pub fn run(cmd: SnapshotCommand, ui: &mut Ui) -> Result<(), CliError> {
+    match cmd {
+        SnapshotCommand::Build { guest, output, max_body, heap_size, bin } => {
+            let elf = resolve_guest(&guest, bin, ui)?;
+            ui.step(format!("booting {} and taking its snapshot", elf.display()));
+            let built = build_artifact(&elf, &output, &BuildOptions { max_body, heap_size })?;
+            ui.step(format!("wrote {}", output.display()));
+            ui.line(&built.digest);
+            Ok(())
+        }
+        SnapshotCommand::Inspect { reference, json } => {
+            let artifact = resolve(&reference, ui)?;
+            if json {
+                ui.line(inspect_json(&artifact).to_string());
+            } else {
+                print_inspect(&artifact, ui);
+            }
+            Ok(())
+        }
+        SnapshotCommand::Verify { reference } => {
+            let artifact = resolve(&reference, ui)?;
+            match &artifact.fit {
+                PlatformFit::Fits => ui.line(format!("verified {} (fits this host)", artifact.digest)),
+                PlatformFit::Mismatch { field, host, snapshot } => ui.line(format!(
+                    "verified {}: snapshot {field} is {snapshot}, this host is {host}; fibers here will boot the carried guest ELF",
+                    artifact.digest
+                )),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A guest ELF path, building the crate first when given a crate directory.
+pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<PathBuf, CliError> {
+    if !is_crate_dir(guest) {
+        if guest.is_file() {
+            return Ok(guest.to_path_buf());
+        }
+        return Err(CliError::Usage(format!("{} is neither a guest ELF nor a guest crate directory", guest.display())));
+    }
+    ui.step(format!("building guest crate {}", guest.display()));
+    let mut build = GuestBuild::new(guest);
+    build.bin = bin;
+    let progress = std::sync::Mutex::new(Vec::new());
+    let elf = build.run(&|line| progress.lock().map(|mut v| v.push(line.to_string())).unwrap_or(()));
+    for line in progress.into_inner().unwrap_or_default() {
+        ui.step(format!("  {line}"));
+    }
+    Ok(elf?)
+}
+
+/// Resolves and verifies a reference to a local layout.
+pub fn resolve(reference: &str, _ui: &mut Ui) -> Result<VerifiedArtifact, CliError> {
+    match ArtifactRef::parse(reference)? {
+        ArtifactRef::Layout { path, digest } => Ok(verify_layout(&path, digest.as_deref())?),
+        ArtifactRef::Registry { .. } => Err(CliError::Usage(format!(
+            "{reference}: registry references need `ly snapshot pull` support, which this build lacks"
+        ))),
+    }
+}
+
+fn print_inspect(a: &VerifiedArtifact, ui: &mut Ui) {
+    let m = &a.metadata;
+    ui.line(format!("artifact:          {}", a.digest));
+    ui.line(format!("layout:            {}", a.layout.display()));
+    ui.line(format!("snapshot manifest: {}", a.snapshot_manifest));
+    ui.line(format!("platform:          {}", a.platform));
+    let fit = match &a.fit {
+        PlatformFit::Fits => "fits this host".to_string(),
+        PlatformFit::Mismatch { field, host, .. } => format!("{field} differs from this host ({host}): boots the guest ELF"),
+    };
+    ui.line(format!("fit:               {fit}"));
+    ui.line(format!("abi version:       {}", m.abi_version));
+    ui.line(format!("handler:           {}", m.handler));
+    ui.line(format!("max body:          {} B request, {} B response", m.max_request_body, m.max_response_body));
+    ui.line(format!("heap / scratch:    {} B / {} B", m.heap_size, m.scratch_size));
+    ui.line(format!("guest elf:         {} ({} B)", m.guest_elf_digest, a.sizes.elf));
+    ui.line(format!("memory layer:      {} B", a.sizes.memory));
+    ui.line(format!("transport layer:   {} B", a.sizes.transport));
+}
+
+fn inspect_json(a: &VerifiedArtifact) -> serde_json::Value {
+    serde_json::json!({
+        "digest": a.digest,
+        "layout": a.layout,
+        "snapshotManifest": a.snapshot_manifest,
+        "platform": {"arch": a.platform.arch, "hypervisor": a.platform.hypervisor, "cpuVendor": a.platform.cpu_vendor},
+        "fitsHost": a.fit == PlatformFit::Fits,
+        "metadata": a.metadata,
+        "sizes": {"memory": a.sizes.memory, "transport": a.sizes.transport, "config": a.sizes.config, "elf": a.sizes.elf},
+    })
+}

@@ -1,0 +1,25 @@
+//! The `ly` binary: parses arguments, runs the command, maps errors to exit codes.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use lampyr_cli::{Cli, Ui, run};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if cli.verbose { "info" } else { "warn" })),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut ui = Ui::terminal();
+    match run(cli, &mut ui) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            ui.error(&e);
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The local artifact cache: every blob stored once by digest, and one OCI
+//! layout per artifact whose blobs are hard links into that shared store.
+//!
+//! ```text
+//! root/blobs/sha256/<hex>      each blob once, read-only, written by rename after its digest checks
+//! root/layouts/<hex>/          one OCI layout per artifact index digest
+//! root/tmp/                    partial downloads and layouts under construction
+//! ```
+//!
+//! Blob files are never modified in place (Hyperlight mmaps them): a blob is
+//! either absent or complete, and is only ever replaced by a rename.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use oci_spec::image::{ImageIndex, ImageManifest};
+use serde_json::json;
+
+use crate::artifact::layout::{self, MAX_JSON_BYTES, digest_hex, hash_reader, sha256_digest, write_index};
+use crate::artifact::{ARTIFACT_TAG, ArtifactError, SNAPSHOT_TAG};
+
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// What went wrong reading or writing the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// No cache directory can be derived from the environment.
+    #[error("no cache directory: set LAMPYR_CACHE_DIR (neither XDG_CACHE_HOME nor HOME is set)")]
+    NoLocation,
+    /// A file or directory of the cache could not be read or written.
+    #[error("cache {path}: {source} (check the cache directory's permissions and free space)")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A blob's bytes or the documents naming it are wrong (digest, size, JSON).
+    #[error("cache {root}: {source} (remove the cache directory to start afresh)")]
+    Content {
+        /// The cache root.
+        root: PathBuf,
+        /// What is wrong.
+        source: Box<ArtifactError>,
+    },
+}
+
+/// A content-addressed artifact cache rooted at one directory.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+/// A blob being written into the cache: a temporary file that becomes the
+/// blob only when [`PendingBlob::commit`] finds the expected size and digest.
+#[derive(Debug)]
+pub struct PendingBlob {
+    tmp: tempfile::NamedTempFile,
+    digest: String,
+    size: u64,
+    dest: PathBuf,
+    root: PathBuf,
+}
+
+impl Cache {
+    /// A cache rooted at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Cache { root: root.into() }
+    }
+
+    /// `$LAMPYR_CACHE_DIR`, else `$XDG_CACHE_HOME/lampyr/artifacts`, else `~/.cache/lampyr/artifacts`.
+    pub fn default_location() -> Result<PathBuf, CacheError> {
+        let var = |name: &str| std::env::var_os(name);
+        location_from(var("LAMPYR_CACHE_DIR"), var("XDG_CACHE_HOME"), var("HOME")).ok_or(CacheError::NoLocation)
+    }
+
+    /// The cache's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Path of blob `digest` in the shared store (whether or not it is there).
+    pub fn blob_path(&self, digest: &str) -> Result<PathBuf, CacheError> {
+        layout::blob_path(&self.root, digest).map_err(|e| self.content(e))
+    }
+
+    /// Whether blob `digest` is in the store with `size` bytes (its digest was checked when stored).
+    pub fn contains(&self, digest: &str, size: u64) -> Result<bool, CacheError> {
+        let path = self.blob_path(digest)?;
+        match fs::symlink_metadata(&path) {
+            Ok(meta) => Ok(meta.is_file() && meta.len() == size),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_error(&path, e)),
+        }
+    }
+
+    /// Stores `bytes` as blob `digest` after checking they hash to it; a no-op when present.
+    pub fn insert(&self, digest: &str, bytes: &[u8]) -> Result<PathBuf, CacheError> {
+        if self.contains(digest, bytes.len() as u64)? {
+            return self.blob_path(digest);
+        }
+        let mut pending = self.begin(digest, bytes.len() as u64)?;
+        pending.tmp.write_all(bytes).map_err(|e| io_error(pending.tmp.path(), e))?;
+        pending.commit()
+    }
+
+    /// Starts writing blob `digest` of `size` bytes into a temporary file of the cache.
+    pub fn begin(&self, digest: &str, size: u64) -> Result<PendingBlob, CacheError> {
+        let dest = self.blob_path(digest)?;
+        let tmp_dir = self.tmp_dir()?;
+        let tmp = tempfile::Builder::new()
+            .prefix("blob-")
+            .tempfile_in(&tmp_dir)
+            .map_err(|e| io_error(&tmp_dir, e))?;
+        Ok(PendingBlob { tmp, digest: digest.to_string(), size, dest, root: self.root.clone() })
+    }
+
+    /// Reads JSON blob `digest` (at most [`MAX_JSON_BYTES`]) and checks its digest again.
+    pub fn read_json(&self, digest: &str, what: &str) -> Result<Vec<u8>, CacheError> {
+        let path = self.blob_path(digest)?;
+        let file = fs::File::open(&path).map_err(|e| io_error(&path, e))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_JSON_BYTES + 1).read_to_end(&mut bytes).map_err(|e| io_error(&path, e))?;
+        if bytes.len() as u64 > MAX_JSON_BYTES {
+            let size = bytes.len() as u64;
+            return Err(self.content(ArtifactError::TooLarge { what: what.to_string(), size, max: MAX_JSON_BYTES }));
+        }
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            let (what, expected) = (what.to_string(), digest.to_string());
+            return Err(self.content(ArtifactError::DigestMismatch { what, expected, actual }));
+        }
+        Ok(bytes)
+    }
+
+    /// Directory of the layout for artifact `digest` (whether or not it exists).
+    pub fn layout_path(&self, digest: &str) -> Result<PathBuf, CacheError> {
+        let hex = digest_hex(digest).map_err(|e| self.content(e))?;
+        Ok(self.root.join("layouts").join(hex))
+    }
+
+    /// Builds (once) the OCI layout for artifact `digest`, whose index, manifests
+    /// and blobs must all be in the store, and returns its directory.
+    ///
+    /// The layout's `index.json` tags the artifact index `lampyr` and Hyperlight's
+    /// snapshot manifest `snapshot`; its blobs are hard links into the store
+    /// (copies where the filesystem refuses links). It is built under `tmp/`
+    /// and renamed into place, so a layout directory is always complete.
+    pub fn materialise(&self, digest: &str) -> Result<PathBuf, CacheError> {
+        let target = self.layout_path(digest)?;
+        if target.join("index.json").is_file() {
+            return Ok(target);
+        }
+        let (index_json, blobs) = self.artifact_contents(digest)?;
+        let tmp_dir = self.tmp_dir()?;
+        let tmp = tempfile::Builder::new().prefix("layout-").tempdir_in(&tmp_dir).map_err(|e| io_error(&tmp_dir, e))?;
+        for blob in &blobs {
+            self.link_blob(blob, tmp.path())?;
+        }
+        write_index(tmp.path(), &index_json).map_err(|e| self.content(e))?;
+        let parent = self.root.join("layouts");
+        fs::create_dir_all(&parent).map_err(|e| io_error(&parent, e))?;
+        match fs::rename(tmp.path(), &target) {
+            Ok(()) => {
+                let _ = tmp.keep();
+                Ok(target)
+            }
+            // Another process finished the same layout first: theirs is identical.
+            Err(_) if target.join("index.json").is_file() => Ok(target),
+            Err(e) => Err(io_error(&target, e)),
+        }
+    }
+
+    /// The layout `index.json` for artifact `digest` and every blob digest it needs.
+    fn artifact_contents(&self, digest: &str) -> Result<(ImageIndex, Vec<String>), CacheError> {
+        let index_bytes = self.read_json(digest, "artifact index")?;
+        let index: ImageIndex = self.parse("artifact index", &index_bytes)?;
+        let mut blobs = vec![digest.to_string()];
+        for desc in index.manifests() {
+            let manifest_digest = desc.digest().to_string();
+            let manifest: ImageManifest = self.parse("manifest", &self.read_json(&manifest_digest, "manifest")?)?;
+            blobs.push(manifest_digest);
+            blobs.push(manifest.config().digest().to_string());
+            blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
+        }
+        let snapshot = index.manifests().first().ok_or_else(|| {
+            self.content(ArtifactError::Malformed { what: "artifact index".into(), reason: "it lists no manifests".into() })
+        })?;
+        let mut annotations: serde_json::Map<String, serde_json::Value> =
+            snapshot.annotations().iter().flatten().map(|(k, v)| (k.clone(), json!(v))).collect();
+        annotations.insert(REF_NAME.to_string(), json!(SNAPSHOT_TAG));
+        let layout_index = json!({
+            "schemaVersion": 2,
+            "mediaType": MT_INDEX,
+            "manifests": [
+                {"mediaType": MT_INDEX, "digest": digest, "size": index_bytes.len(),
+                 "annotations": {REF_NAME: ARTIFACT_TAG}},
+                {"mediaType": MT_MANIFEST, "digest": snapshot.digest().to_string(), "size": snapshot.size(),
+                 "annotations": annotations},
+            ],
+        });
+        let layout_index = serde_json::from_value(layout_index).map_err(|e| {
+            self.content(ArtifactError::Malformed { what: "layout index.json".into(), reason: e.to_string() })
+        })?;
+        Ok((layout_index, blobs))
+    }
+
+    /// Links (or copies) store blob `digest` into the layout at `layout_dir`.
+    fn link_blob(&self, digest: &str, layout_dir: &Path) -> Result<(), CacheError> {
+        let src = self.blob_path(digest)?;
+        let dst = layout::blob_path(layout_dir, digest).map_err(|e| self.content(e))?;
+        let dir = layout_dir.join("blobs").join("sha256");
+        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        if dst.exists() {
+            return Ok(());
+        }
+        if fs::hard_link(&src, &dst).is_err() {
+            fs::copy(&src, &dst).map_err(|e| io_error(&src, e))?;
+        }
+        Ok(())
+    }
+
+    fn tmp_dir(&self) -> Result<PathBuf, CacheError> {
+        let dir = self.root.join("tmp");
+        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        Ok(dir)
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(&self, what: &str, bytes: &[u8]) -> Result<T, CacheError> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| self.content(ArtifactError::Malformed { what: what.to_string(), reason: e.to_string() }))
+    }
+
+    fn content(&self, source: ArtifactError) -> CacheError {
+        CacheError::Content { root: self.root.clone(), source: Box::new(source) }
+    }
+}
+
+impl PendingBlob {
+    /// The temporary file to write the blob's bytes into.
+    pub fn file(&self) -> &fs::File {
+        self.tmp.as_file()
+    }
+
+    /// The digest the bytes must hash to.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Re-reads the written file, checks its size and digest, makes it read-only
+    /// and renames it into the store. On any error the temporary file is removed.
+    pub fn commit(self) -> Result<PathBuf, CacheError> {
+        let path = self.tmp.path().to_path_buf();
+        let content = |source| CacheError::Content { root: self.root.clone(), source: Box::new(source) };
+        let mut file = fs::File::open(&path).map_err(|e| io_error(&path, e))?;
+        let (len, actual) = hash_reader(&mut file).map_err(|e| io_error(&path, e))?;
+        if len != self.size {
+            let (what, digest) = ("downloaded blob".to_string(), self.digest.clone());
+            return Err(content(ArtifactError::SizeMismatch { what, digest, expected: self.size, actual: len }));
+        }
+        if actual != self.digest {
+            let (what, expected) = ("downloaded blob".to_string(), self.digest.clone());
+            return Err(content(ArtifactError::DigestMismatch { what, expected, actual }));
+        }
+        if self.dest.is_file() {
+            return Ok(self.dest);
+        }
+        self.tmp.as_file().sync_all().map_err(|e| io_error(&path, e))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).map_err(|e| io_error(&path, e))?;
+        let dir = self.dest.parent().unwrap_or(&self.root).to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        self.tmp.persist(&self.dest).map_err(|e| io_error(&self.dest, e.error))?;
+        Ok(self.dest)
+    }
+}
+
+/// The default cache root from the values of `LAMPYR_CACHE_DIR`, `XDG_CACHE_HOME` and `HOME`.
+fn location_from(lampyr: Option<OsString>, xdg: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+    // Empty values count as unset; XDG requires an absolute path.
+    let set = |v: Option<OsString>| v.filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = set(lampyr) {
+        return Some(dir);
+    }
+    if let Some(dir) = set(xdg).filter(|d| d.is_absolute()) {
+        return Some(dir.join("lampyr").join("artifacts"));
+    }
+    set(home).map(|h| h.join(".cache").join("lampyr").join("artifacts"))
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> CacheError {
+    CacheError::Io { path: path.to_path_buf(), source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_location_prefers_lampyr_then_xdg_then_home() {
+        let s = |v: &str| Some(OsString::from(v));
+        assert_eq!(location_from(s("/c"), s("/x"), s("/h")), Some(PathBuf::from("/c")));
+        assert_eq!(location_from(None, s("/x"), s("/h")), Some(PathBuf::from("/x/lampyr/artifacts")));
+        assert_eq!(location_from(s(""), s("rel"), s("/h")), Some(PathBuf::from("/h/.cache/lampyr/artifacts")));
+        assert_eq!(location_from(None, None, None), None);
+    }
+
+    #[test]
+    fn insert_refuses_bytes_that_do_not_match_the_digest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Cache::new(dir.path());
+        let digest = sha256_digest(b"hello");
+        let err = cache.insert(&digest, b"hellO").expect_err("wrong bytes");
+        assert!(err.to_string().contains(&digest), "{err}");
+        assert!(!cache.blob_path(&digest).expect("path").exists());
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).expect("tmp").count(), 0, "no temp file left");
+
+        let path = cache.insert(&digest, b"hello").expect("right bytes");
+        assert_eq!(fs::read(&path).expect("read"), b"hello");
+        assert!(fs::metadata(&path).expect("meta").permissions().readonly());
+        assert!(cache.contains(&digest, 5).expect("contains"));
+        assert!(!cache.contains(&digest, 6).expect("contains"));
+        // A second insert leaves the stored file alone.
+        assert_eq!(cache.insert(&digest, b"hello").expect("again"), path);
+    }
+}
