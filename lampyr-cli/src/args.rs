@@ -44,6 +44,21 @@ pub enum SnapshotCommand {
         #[arg(long)]
         bin: Option<String>,
     },
+    /// Push a layout's artifact to a registry; prints the digest-pinned reference.
+    Push {
+        /// Layout directory written by `ly snapshot build` (optionally `DIR@sha256:…`).
+        layout: String,
+        /// Target repository, `registry/path` (`http://registry/path` for plain HTTP).
+        repository: String,
+        /// Also tag the artifact (the pin stays the digest).
+        #[arg(long)]
+        tag: Option<String>,
+    },
+    /// Pull an artifact by digest into the local cache, verify it, print its layout.
+    Pull {
+        /// `registry/repo@sha256:…` (`http://…` for plain HTTP).
+        reference: String,
+    },
     /// Show an artifact's digest, platform, metadata and blobs.
     Inspect {
         /// `registry/repo@sha256:…` or a layout directory (optionally `DIR@sha256:…`).

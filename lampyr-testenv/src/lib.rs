@@ -8,5 +8,5 @@
 pub mod guests;
 pub mod registry;
 
-pub use guests::{example_elf, require_kvm, test_guest_elf};
+pub use guests::{example_elf, repo_root, require_kvm, test_guest_elf};
 pub use registry::TestRegistry;

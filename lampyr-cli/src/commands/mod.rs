@@ -14,6 +14,12 @@ pub enum CliError {
     /// A guest crate did not build.
     #[error(transparent)]
     GuestBuild(#[from] lampyr_fiber::guest_build::GuestBuildError),
+    /// A registry transfer failed.
+    #[error(transparent)]
+    Registry(#[from] lampyr_fiber::registry::RegistryError),
+    /// The local artifact cache is unusable.
+    #[error(transparent)]
+    Cache(#[from] lampyr_fiber::cache::CacheError),
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),

@@ -2,8 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
+use lampyr_fiber::artifact::reference::Repository;
 use lampyr_fiber::artifact::{ArtifactRef, BuildOptions, PlatformFit, VerifiedArtifact, build_artifact, verify_layout};
+use lampyr_fiber::cache::Cache;
 use lampyr_fiber::guest_build::{GuestBuild, is_crate_dir};
+use lampyr_fiber::registry::RegistryClient;
 
 use super::CliError;
 use crate::args::SnapshotCommand;
@@ -18,6 +21,23 @@ pub fn run(cmd: SnapshotCommand, ui: &mut Ui) -> Result<(), CliError> {
             let built = build_artifact(&elf, &output, &BuildOptions { max_body, heap_size })?;
             ui.step(format!("wrote {}", output.display()));
             ui.line(&built.digest);
+            Ok(())
+        }
+        SnapshotCommand::Push { layout, repository, tag } => {
+            let ArtifactRef::Layout { path, digest } = ArtifactRef::parse(&layout)? else {
+                return Err(CliError::Usage(format!("{layout} is not a layout directory")));
+            };
+            let artifact = verify_layout(&path, digest.as_deref())?;
+            let repo = Repository::parse(&repository)?;
+            ui.step(format!("pushing {} to {repo}", artifact.digest));
+            let client = RegistryClient::for_repository(&repo)?;
+            let pinned = block_on(client.push(&path, &artifact.digest, &repo, tag.as_deref()))??;
+            ui.line(pinned.to_string());
+            Ok(())
+        }
+        SnapshotCommand::Pull { reference } => {
+            let artifact = resolve(&reference, ui)?;
+            ui.line(artifact.layout.display().to_string());
             Ok(())
         }
         SnapshotCommand::Inspect { reference, json } => {
@@ -62,14 +82,25 @@ pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<P
     Ok(elf?)
 }
 
-/// Resolves and verifies a reference to a local layout.
-pub fn resolve(reference: &str, _ui: &mut Ui) -> Result<VerifiedArtifact, CliError> {
+/// Resolves a reference to a verified local layout, pulling registry
+/// references by digest into the local cache first.
+pub fn resolve(reference: &str, ui: &mut Ui) -> Result<VerifiedArtifact, CliError> {
     match ArtifactRef::parse(reference)? {
         ArtifactRef::Layout { path, digest } => Ok(verify_layout(&path, digest.as_deref())?),
-        ArtifactRef::Registry { .. } => Err(CliError::Usage(format!(
-            "{reference}: registry references need `ly snapshot pull` support, which this build lacks"
-        ))),
+        ArtifactRef::Registry { repository, digest } => {
+            let cache = Cache::new(Cache::default_location()?);
+            ui.step(format!("pulling {repository}@{digest} into {}", cache.root().display()));
+            let client = RegistryClient::for_repository(&repository)?;
+            let layout = block_on(client.pull(&repository, &digest, &cache))??;
+            Ok(verify_layout(&layout, Some(&digest))?)
+        }
     }
+}
+
+/// Runs `fut` to completion on a small runtime of its own.
+pub fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(CliError::Runtime)?;
+    Ok(rt.block_on(fut))
 }
 
 fn print_inspect(a: &VerifiedArtifact, ui: &mut Ui) {

@@ -99,10 +99,7 @@ pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifac
     let snap = read_manifest(layout, snap_desc, "snapshot manifest", MT_HYPERLIGHT_CONFIG)?;
     expect_layers(&snap, "snapshot manifest", &[MT_HYPERLIGHT_MEMORY, MT_HYPERLIGHT_TRANSPORT])?;
     let config_bytes = read_blob(layout, snap.config(), "snapshot config", MAX_JSON_BYTES)?;
-    let config: HyperlightConfig = parse_json("snapshot config", &config_bytes)?;
-    expect("snapshot config hyperlight_version", HYPERLIGHT_VERSION, Some(config.hyperlight_version.clone()))?;
-    expect("snapshot config abi_version", &HYPERLIGHT_SNAPSHOT_ABI.to_string(), Some(config.abi_version.to_string()))?;
-    let metadata = lampyr_metadata(&config)?;
+    let (platform, metadata) = parse_snapshot_config(&config_bytes)?;
     let (memory, transport) = (&snap.layers()[0], &snap.layers()[1]);
     verify_blob_file(layout, memory, "snapshot memory layer", MAX_MEMORY_BYTES)?;
     verify_blob_file(layout, transport, "snapshot transport layer", MAX_TRANSPORT_BYTES)?;
@@ -114,7 +111,6 @@ pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifac
     verify_blob_file(layout, elf, "guest ELF layer", MAX_ELF_BYTES)?;
     expect("metadata guestElfDigest", elf.digest().as_ref(), Some(metadata.guest_elf_digest.clone()))?;
 
-    let platform = Platform { arch: config.arch, hypervisor: config.hypervisor, cpu_vendor: config.cpu_vendor };
     let fit = match Platform::host().mismatch(&platform) {
         None => PlatformFit::Fits,
         Some((field, host, snapshot)) => PlatformFit::Mismatch { field, host, snapshot },
@@ -134,6 +130,17 @@ pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifac
             elf: elf.size(),
         },
     })
+}
+
+/// Checks Hyperlight's snapshot config (format version) and returns where the
+/// snapshot was taken and Lampyr's metadata. Total over any input bytes.
+pub fn parse_snapshot_config(bytes: &[u8]) -> Result<(Platform, FiberMetadata), ArtifactError> {
+    let config: HyperlightConfig = parse_json("snapshot config", bytes)?;
+    expect("snapshot config hyperlight_version", HYPERLIGHT_VERSION, Some(config.hyperlight_version.clone()))?;
+    expect("snapshot config abi_version", &HYPERLIGHT_SNAPSHOT_ABI.to_string(), Some(config.abi_version.to_string()))?;
+    let metadata = lampyr_metadata(&config)?;
+    let platform = Platform { arch: config.arch, hypervisor: config.hypervisor, cpu_vendor: config.cpu_vendor };
+    Ok((platform, metadata))
 }
 
 fn select_artifact<'a>(index: &'a ImageIndex, layout: &Path, pin: Option<&str>) -> Result<&'a Descriptor, ArtifactError> {

@@ -1,0 +1,73 @@
+//! `ly snapshot …` end to end: the real binary, real guests under /dev/kvm,
+//! a real registry.
+
+use std::process::{Command, Output};
+
+use lampyr_testenv::{TestRegistry, repo_root, require_kvm};
+
+fn ly(args: &[&str], cache: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ly"))
+        .args(args)
+        .env("LAMPYR_CACHE_DIR", cache)
+        .output()
+        .expect("ly runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn build_push_pull_inspect_verify() {
+    require_kvm();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = tmp.path().join("cache");
+    let layout = tmp.path().join("echo");
+    let hello = repo_root().join("examples/echo");
+
+    let built = ly(&["snapshot", "build", hello.to_str().expect("utf-8"), "--output", layout.to_str().expect("utf-8")], &cache);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let digest = stdout(&built);
+    assert!(digest.starts_with("sha256:") && digest.len() == 71, "prints the artifact digest: {digest:?}");
+    assert!(stderr(&built).contains("==> building guest crate"), "shows progress");
+
+    let verified = ly(&["snapshot", "verify", layout.to_str().expect("utf-8")], &cache);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+    assert!(stdout(&verified).contains(&digest));
+
+    let registry = TestRegistry::start();
+    let repo = format!("http://{}/lampyr/echo", registry.host());
+    let pushed = ly(&["snapshot", "push", layout.to_str().expect("utf-8"), &repo], &cache);
+    assert!(pushed.status.success(), "{}", stderr(&pushed));
+    let reference = stdout(&pushed);
+    assert_eq!(reference, format!("{repo}@{digest}"), "prints the digest-pinned reference");
+
+    let inspected = ly(&["snapshot", "inspect", "--json", &reference], &cache);
+    assert!(inspected.status.success(), "{}", stderr(&inspected));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&inspected)).expect("JSON");
+    assert_eq!(json["digest"], digest.as_str());
+    assert_eq!(json["metadata"]["abiVersion"], 1);
+    assert_eq!(json["fitsHost"], true);
+    assert!(json["layout"].as_str().expect("layout").starts_with(cache.to_str().expect("utf-8")), "pulled into the cache");
+}
+
+#[test]
+fn bad_references_and_inputs_say_what_is_wrong() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = tmp.path().join("cache");
+    let unpinned = ly(&["snapshot", "verify", "ghcr.io/team/app:latest"], &cache);
+    assert_eq!(unpinned.status.code(), Some(1));
+    assert!(stderr(&unpinned).contains("must be pinned by digest"), "{}", stderr(&unpinned));
+
+    let missing = ly(&["snapshot", "build", "/nonexistent/guest", "--output", "/tmp/x"], &cache);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(stderr(&missing).contains("neither a guest ELF nor a guest crate directory"), "{}", stderr(&missing));
+
+    let not_layout = ly(&["snapshot", "inspect", tmp.path().to_str().expect("utf-8")], &cache);
+    assert_eq!(not_layout.status.code(), Some(1));
+    assert!(stderr(&not_layout).contains("oci-layout"), "names the missing file: {}", stderr(&not_layout));
+}
