@@ -5,6 +5,7 @@ pub mod artifact;
 pub mod cache;
 pub mod guest_build;
 pub mod metrics;
+pub mod policy;
 pub mod registry;
 pub mod runtime;
 pub mod seal;

@@ -1,0 +1,942 @@
+//! Translation of a Knative Revision template into a [`FiberPolicy`].
+//!
+//! [`translate`] reads the template's autoscaling annotations and the supported
+//! subset of its pod spec, applies Knative's defaults and validation rules, and
+//! returns either the policy or an [`UnsupportedFields`] error that lists every
+//! problem, each with its field path. `docs/knative-subset.md` describes the
+//! subset; in short:
+//!
+//! - exactly one container, with `name`, `image`, `imagePullPolicy` (accepted,
+//!   not used: a fiber runs the snapshot artifact), literal `env`, at most one
+//!   port (`h2c` selects HTTP/2 cleartext), cpu and memory resources, probes with
+//!   `httpGet` or `tcpSocket` handlers (accepted, not run: a fiber is ready as
+//!   soon as it is restored from its snapshot), and the `securityContext`
+//!   settings that already hold for a fiber;
+//! - pod level: `serviceAccountName` and `imagePullSecrets` (accepted, no effect
+//!   on a fiber), `enableServiceLinks: false`, `automountServiceAccountToken:
+//!   false` and a `securityContext` with `runAsNonRoot: true` and the
+//!   `RuntimeDefault` seccomp profile;
+//! - everything else set to a non-empty value is refused.
+//!
+//! CPU requests and limits are validated and otherwise ignored: a fiber always
+//! has exactly one vCPU.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use lampyr_api::duration::parse_go_duration;
+use lampyr_api::k8s::{Capabilities, EnvVar, ObjectMeta, ResourceRequirements, SeccompProfile};
+use lampyr_api::keys;
+use lampyr_api::quantity::parse_quantity;
+use lampyr_api::serving::OtherFields;
+use lampyr_api::{
+    Container, PodSecurityContext, Probe, Revision, RevisionSpec, RevisionTemplateSpec,
+    SecurityContext,
+};
+
+use crate::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+
+/// Knative's `revision-timeout-seconds` default.
+pub const DEFAULT_TIMEOUT_SECONDS: i64 = 300;
+/// Knative's `max-revision-timeout-seconds` default.
+pub const MAX_TIMEOUT_SECONDS: i64 = 600;
+/// Knative's `container-concurrency-max-limit` default.
+pub const MAX_CONTAINER_CONCURRENCY: i64 = 1000;
+
+/// config-autoscaler `container-concurrency-target-default`.
+const DEFAULT_CONCURRENCY_TARGET: f64 = 100.0;
+/// config-autoscaler `requests-per-second-target-default`.
+const DEFAULT_RPS_TARGET: f64 = 200.0;
+/// config-autoscaler `container-concurrency-target-percentage`.
+const DEFAULT_TARGET_UTILIZATION: f64 = 70.0;
+/// config-autoscaler `stable-window`.
+const DEFAULT_STABLE_WINDOW: Duration = Duration::from_secs(60);
+/// config-autoscaler `panic-window-percentage`.
+const DEFAULT_PANIC_WINDOW_PERCENT: f64 = 10.0;
+/// config-autoscaler `panic-threshold-percentage`.
+const DEFAULT_PANIC_THRESHOLD_PERCENT: f64 = 200.0;
+/// config-autoscaler `initial-scale`.
+const DEFAULT_INITIAL_SCALE: u32 = 1;
+/// Upstream's minimum `target`.
+const TARGET_MIN: f64 = 0.01;
+/// Shortest stable window.
+const WINDOW_MIN: Duration = Duration::from_secs(6);
+/// Longest stable window, scale-down delay and retention period.
+const WINDOW_MAX: Duration = Duration::from_secs(3600);
+
+/// Whether a field is wrong for Knative itself or only outside the fiber subset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The value breaks Knative's own rules (upstream would refuse it too).
+    Invalid,
+    /// Valid Knative, but a fiber cannot honour it.
+    Unsupported,
+}
+
+/// One field of the template that stops it from running as fibers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldProblem {
+    /// Field path, e.g. `spec.template.spec.containers[0].command`.
+    pub path: String,
+    /// Invalid or unsupported.
+    pub kind: ProblemKind,
+    /// Why, in a sentence fragment.
+    pub reason: String,
+}
+
+impl fmt::Display for FieldProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ProblemKind::Invalid => "invalid",
+            ProblemKind::Unsupported => "unsupported",
+        };
+        write!(f, "{}: {kind}: {}", self.path, self.reason)
+    }
+}
+
+/// Every problem found in a Revision template, in field order.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct UnsupportedFields {
+    /// The problems, at least one.
+    pub problems: Vec<FieldProblem>,
+}
+
+impl UnsupportedFields {
+    /// The paths of all problems, in order.
+    pub fn paths(&self) -> Vec<&str> {
+        self.problems.iter().map(|p| p.path.as_str()).collect()
+    }
+}
+
+impl fmt::Display for UnsupportedFields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(
+            f,
+            "the Revision template cannot run as fibers ({n} problem{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for problem in &self.problems {
+            write!(f, "\n  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Translate a Service's or Configuration's `spec.template` into a fiber policy.
+///
+/// Paths in the error start with `spec.template`.
+pub fn translate(template: &RevisionTemplateSpec) -> Result<FiberPolicy, UnsupportedFields> {
+    translate_parts(&template.metadata, &template.spec, "spec.template.")
+}
+
+/// Translate a Revision (its metadata and spec) into a fiber policy.
+///
+/// Paths in the error start with `metadata` or `spec`.
+pub fn translate_revision(revision: &Revision) -> Result<FiberPolicy, UnsupportedFields> {
+    translate_parts(&revision.metadata, &revision.spec, "")
+}
+
+fn translate_parts(
+    metadata: &ObjectMeta,
+    spec: &RevisionSpec,
+    prefix: &str,
+) -> Result<FiberPolicy, UnsupportedFields> {
+    let mut cx = Checker {
+        problems: Vec::new(),
+    };
+    let container_concurrency = cx.container_concurrency(spec, prefix);
+    let scaling = cx.scaling(metadata, container_concurrency, prefix);
+    let timeouts = cx.timeouts(spec, prefix);
+    let container = cx.pod_spec(spec, prefix);
+    if !cx.problems.is_empty() {
+        return Err(UnsupportedFields {
+            problems: cx.problems,
+        });
+    }
+    let (memory_bytes, env, http2, port) = container;
+    Ok(FiberPolicy {
+        container_concurrency,
+        scaling,
+        timeouts,
+        memory_bytes,
+        env,
+        http2,
+        port,
+    })
+}
+
+/// What the single container contributes to the policy.
+type ContainerPart = (Option<u64>, Vec<(String, String)>, bool, Option<u16>);
+
+struct Checker {
+    problems: Vec<FieldProblem>,
+}
+
+/// `base.key`, or `base["key"]` when the key is not a plain identifier.
+fn key_path(base: &str, key: &str) -> String {
+    let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        format!("{base}.{key}")
+    } else {
+        format!("{base}[{key:?}]")
+    }
+}
+
+/// Null, `false`, `""`, `[]` and `{}` ask for nothing, so they are accepted anywhere.
+fn is_empty_value(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Null => true,
+        serde_json::Value::Bool(b) => !b,
+        serde_json::Value::String(s) => s.is_empty(),
+        serde_json::Value::Array(a) => a.is_empty(),
+        serde_json::Value::Object(o) => o.is_empty(),
+        serde_json::Value::Number(_) => false,
+    }
+}
+
+fn pod_field_reason(field: &str) -> &'static str {
+    match field {
+        "volumes" => "a fiber has no filesystem to mount volumes into",
+        "initContainers" => "a fiber resumes one guest from its snapshot; there is no init step",
+        "runtimeClassName" => "fibers always run as Hyperlight micro-VMs",
+        "nodeSelector" | "affinity" | "tolerations" | "topologySpreadConstraints" | "nodeName"
+        | "schedulerName" | "priorityClassName" | "priority" | "preemptionPolicy"
+        | "schedulingGates" => {
+            "fibers are not scheduled as Kubernetes pods, so placement settings have no effect"
+        }
+        "hostNetwork" | "hostPID" | "hostIPC" | "hostUsers" | "shareProcessNamespace" => {
+            "a fiber shares no namespaces with its host or with other fibers"
+        }
+        "dnsPolicy" | "dnsConfig" | "hostAliases" | "hostname" | "subdomain"
+        | "setHostnameAsFQDN" => "a fiber opens no network connections, so it has no resolver",
+        "terminationGracePeriodSeconds" | "activeDeadlineSeconds" | "restartPolicy" => {
+            "the fiber runtime manages the lifecycle of fibers"
+        }
+        "resources" | "overhead" | "resourceClaims" => {
+            "fiber resources come from the container's cpu and memory only"
+        }
+        _ => "not part of the pod-spec subset fibers support",
+    }
+}
+
+fn container_field_reason(field: &str) -> &'static str {
+    match field {
+        "command" | "args" => "a fiber starts no process: it resumes the snapshot's guest",
+        "workingDir" | "volumeMounts" | "volumeDevices" => "a fiber has no filesystem",
+        "envFrom" => {
+            "only literal env entries are supported; ConfigMaps and Secrets are not read for fibers"
+        }
+        "lifecycle" => "a fiber has no process to run hooks in",
+        "stdin" | "stdinOnce" | "tty" => "a fiber has no terminal or standard input",
+        "terminationMessagePath" | "terminationMessagePolicy" => {
+            "a fiber does not exit with a termination message"
+        }
+        "resizePolicy" | "restartPolicy" | "restartPolicyRules" => {
+            "the fiber runtime manages restarts and resources"
+        }
+        _ => "not part of the container subset fibers support",
+    }
+}
+
+fn security_field_reason(field: &str) -> &'static str {
+    match field {
+        "runAsUser" | "runAsGroup" | "supplementalGroups" | "supplementalGroupsPolicy"
+        | "fsGroup" | "fsGroupChangePolicy" => "a fiber has no user or group ids",
+        "seLinuxOptions" | "seLinuxChangePolicy" | "appArmorProfile" | "windowsOptions" => {
+            "host security modules do not apply inside a fiber"
+        }
+        "procMount" | "sysctls" => "a fiber has no /proc and no kernel parameters",
+        _ => "not a security setting that holds for a fiber",
+    }
+}
+
+impl Checker {
+    fn invalid(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+        self.problems.push(FieldProblem {
+            path: path.into(),
+            kind: ProblemKind::Invalid,
+            reason: reason.into(),
+        });
+    }
+
+    fn unsupported(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+        self.problems.push(FieldProblem {
+            path: path.into(),
+            kind: ProblemKind::Unsupported,
+            reason: reason.into(),
+        });
+    }
+
+    /// Reports every non-empty unmodelled field.
+    fn others(&mut self, base: &str, other: &OtherFields, reason: fn(&str) -> &'static str) {
+        for (field, value) in other {
+            if !is_empty_value(value) {
+                self.unsupported(key_path(base, field), reason(field));
+            }
+        }
+    }
+
+    fn container_concurrency(&mut self, spec: &RevisionSpec, prefix: &str) -> u32 {
+        match spec.container_concurrency {
+            None => 0,
+            Some(cc) if (0..=MAX_CONTAINER_CONCURRENCY).contains(&cc) => cc as u32,
+            Some(cc) => {
+                self.invalid(
+                    format!("{prefix}spec.containerConcurrency"),
+                    format!("{cc} is out of bounds: must be between 0 and {MAX_CONTAINER_CONCURRENCY}"),
+                );
+                0
+            }
+        }
+    }
+
+    fn timeouts(&mut self, spec: &RevisionSpec, prefix: &str) -> TimeoutPolicy {
+        let mut seconds = |field: &str, value: Option<i64>, max: i64| -> Option<u64> {
+            match value {
+                None | Some(0) => None,
+                Some(v) if (1..=max).contains(&v) => Some(v as u64),
+                Some(v) => {
+                    self.invalid(
+                        format!("{prefix}spec.{field}"),
+                        format!("{v} is out of bounds: must be between 0 and {max}"),
+                    );
+                    None
+                }
+            }
+        };
+        let request = seconds("timeoutSeconds", spec.timeout_seconds, MAX_TIMEOUT_SECONDS)
+            .unwrap_or(DEFAULT_TIMEOUT_SECONDS as u64);
+        let response_start = seconds(
+            "responseStartTimeoutSeconds",
+            spec.response_start_timeout_seconds,
+            MAX_TIMEOUT_SECONDS,
+        );
+        let idle = seconds(
+            "idleTimeoutSeconds",
+            spec.idle_timeout_seconds,
+            MAX_TIMEOUT_SECONDS,
+        );
+        if let Some(rs) = response_start
+            && rs > request
+        {
+            self.invalid(
+                format!("{prefix}spec.responseStartTimeoutSeconds"),
+                format!("{rs} must not be greater than timeoutSeconds ({request})"),
+            );
+        }
+        TimeoutPolicy {
+            request: Duration::from_secs(request),
+            response_start: Duration::from_secs(response_start.unwrap_or(request)),
+            idle: idle.map(Duration::from_secs),
+        }
+    }
+
+    fn scaling(
+        &mut self,
+        metadata: &ObjectMeta,
+        container_concurrency: u32,
+        prefix: &str,
+    ) -> ScalingPolicy {
+        let empty = BTreeMap::new();
+        let annotations = metadata.annotations.as_ref().unwrap_or(&empty);
+        let mut a = Annotations {
+            map: annotations,
+            base: format!("{prefix}metadata.annotations"),
+            cx: self,
+        };
+        a.unknown_keys();
+
+        let class = a.get(keys::CLASS);
+        let kpa = match &class {
+            None => true,
+            Some((_, c)) if *c == keys::CLASS_KPA => true,
+            Some((path, c)) if *c == keys::CLASS_HPA => {
+                a.cx.unsupported(
+                    path.clone(),
+                    format!(
+                        "{c} scales Kubernetes pods on CPU or memory; fibers are scaled by Lampyr's \
+                         autoscaler ({})",
+                        keys::CLASS_KPA
+                    ),
+                );
+                false
+            }
+            Some((path, c)) if c.ends_with("autoscaling.knative.dev") => {
+                a.cx.invalid(path.clone(), format!("unknown autoscaler class {c:?}"));
+                false
+            }
+            Some((path, c)) => {
+                a.cx.unsupported(
+                    path.clone(),
+                    format!("autoscaler class {c:?} cannot scale fibers; only {} can", keys::CLASS_KPA),
+                );
+                false
+            }
+        };
+
+        let metric = match a.get(keys::METRIC) {
+            Some((_, "concurrency")) | None => ScaleMetric::Concurrency,
+            Some((_, "rps")) => ScaleMetric::Rps,
+            Some((path, m)) => {
+                if kpa {
+                    a.cx.invalid(path, format!("{m:?} is not a metric: use concurrency or rps"));
+                }
+                ScaleMetric::Concurrency
+            }
+        };
+
+        let min_scale = a.int_ge0(keys::MIN_SCALE);
+        let max_scale = a.int_ge0(keys::MAX_SCALE);
+        let (min, max) = (min_scale.unwrap_or(0), max_scale.unwrap_or(0));
+        if max != 0
+            && max < min
+            && let Some((path, _)) = a.get(keys::MAX_SCALE)
+        {
+            a.cx.invalid(path, format!("max-scale={max} is less than min-scale={min}"));
+        }
+
+        let initial_scale = match a.get(keys::INITIAL_SCALE) {
+            None => DEFAULT_INITIAL_SCALE,
+            Some((path, v)) => match v.parse::<i64>() {
+                Ok(n) if n > 0 && n <= i64::from(u32::MAX) => n as u32,
+                Ok(0) => {
+                    a.cx.invalid(
+                        path,
+                        "0 is not allowed: Knative's allow-zero-initial-scale is false",
+                    );
+                    DEFAULT_INITIAL_SCALE
+                }
+                Ok(n) if n < 0 => {
+                    a.cx.invalid(path, format!("{n} must be greater than 0"));
+                    DEFAULT_INITIAL_SCALE
+                }
+                _ => {
+                    a.cx.invalid(path, format!("{v:?} is not an integer"));
+                    DEFAULT_INITIAL_SCALE
+                }
+            },
+        };
+
+        let activation_scale = match a.get(keys::ACTIVATION_SCALE) {
+            None => 1,
+            Some((path, v)) => match v.parse::<i32>() {
+                Err(_) => {
+                    a.cx.invalid(path, format!("{v:?} is not an integer"));
+                    1
+                }
+                Ok(n) if i64::from(min) > i64::from(n) => {
+                    a.cx.invalid(
+                        path,
+                        format!("min-scale={min} is greater than activation-scale={n}"),
+                    );
+                    1
+                }
+                Ok(n) if max != 0 && i64::from(max) < i64::from(n) => {
+                    a.cx.invalid(path, format!("max-scale={max} is less than activation-scale={n}"));
+                    1
+                }
+                Ok(n) if n < 2 => {
+                    a.cx.invalid(
+                        path,
+                        format!("activation-scale={n} must be greater than 1 (1 is the default)"),
+                    );
+                    1
+                }
+                Ok(n) => n as u32,
+            },
+        };
+
+        let target_annotation = a.float(keys::TARGET, |v| {
+            (v >= TARGET_MIN).then_some(()).ok_or(format!("target {v} should be at least {TARGET_MIN}"))
+        });
+        let target_utilization_percent = a
+            .float(keys::TARGET_UTILIZATION_PERCENTAGE, |v| {
+                in_range(v, 1.0, 100.0)
+            })
+            .unwrap_or(DEFAULT_TARGET_UTILIZATION);
+        // Validated like upstream; a fiber pool has no activator buffer to size.
+        let _ = a.float(keys::TARGET_BURST_CAPACITY, |v| {
+            (v >= 0.0 || v == -1.0)
+                .then_some(())
+                .ok_or("must be -1 (unlimited) or at least 0".to_owned())
+        });
+        let panic_window_percent = a
+            .float(keys::PANIC_WINDOW_PERCENTAGE, |v| in_range(v, 1.0, 100.0))
+            .unwrap_or(DEFAULT_PANIC_WINDOW_PERCENT);
+        let panic_threshold_percent = a
+            .float(keys::PANIC_THRESHOLD_PERCENTAGE, |v| in_range(v, 110.0, 1000.0))
+            .unwrap_or(DEFAULT_PANIC_THRESHOLD_PERCENT);
+
+        let stable_window = a
+            .duration(keys::WINDOW, WINDOW_MIN, true)
+            .unwrap_or(DEFAULT_STABLE_WINDOW);
+        let scale_down_delay = a
+            .duration(keys::SCALE_DOWN_DELAY, Duration::ZERO, true)
+            .unwrap_or(Duration::ZERO);
+        let scale_to_zero_retention = a
+            .duration(keys::SCALE_TO_ZERO_POD_RETENTION_PERIOD, Duration::ZERO, false)
+            .unwrap_or(Duration::ZERO);
+
+        // Upstream's ResolveMetricTarget, before target utilization applies.
+        let cc = f64::from(container_concurrency);
+        let target = match metric {
+            ScaleMetric::Rps => target_annotation.unwrap_or(DEFAULT_RPS_TARGET),
+            ScaleMetric::Concurrency => match (target_annotation, cc > 0.0) {
+                (Some(t), true) => t.min(cc),
+                (Some(t), false) => t,
+                (None, true) => cc,
+                (None, false) => DEFAULT_CONCURRENCY_TARGET,
+            },
+        };
+
+        ScalingPolicy {
+            min_scale: min,
+            max_scale: max,
+            initial_scale,
+            activation_scale,
+            metric,
+            target,
+            target_utilization_percent,
+            stable_window,
+            panic_window_percent,
+            panic_threshold_percent,
+            scale_down_delay,
+            scale_to_zero_retention,
+        }
+    }
+
+    fn pod_spec(&mut self, spec: &RevisionSpec, prefix: &str) -> ContainerPart {
+        let base = format!("{prefix}spec");
+        self.others(&base, &spec.other, pod_field_reason);
+        if spec.enable_service_links == Some(true) {
+            self.unsupported(
+                format!("{base}.enableServiceLinks"),
+                "Kubernetes service environment variables are not given to fibers",
+            );
+        }
+        if spec.automount_service_account_token == Some(true) {
+            self.unsupported(
+                format!("{base}.automountServiceAccountToken"),
+                "no service account token is mounted into a fiber",
+            );
+        }
+        if let Some(sc) = &spec.security_context {
+            self.pod_security_context(&format!("{base}.securityContext"), sc);
+        }
+        // serviceAccountName and imagePullSecrets are accepted and have no
+        // effect: a fiber calls no Kubernetes API and pulls no image.
+
+        let containers = format!("{base}.containers");
+        for i in 1..spec.containers.len() {
+            self.unsupported(
+                format!("{containers}[{i}]"),
+                "a Revision runs as fibers of one container; sidecars are not supported",
+            );
+        }
+        match spec.containers.first() {
+            None => {
+                self.invalid(containers, "exactly one container is required");
+                (None, Vec::new(), false, None)
+            }
+            Some(c) => self.container(&format!("{containers}[0]"), c),
+        }
+    }
+
+    fn container(&mut self, base: &str, c: &Container) -> ContainerPart {
+        self.others(base, &c.other, container_field_reason);
+        let env = self.env(base, c.env.as_deref().unwrap_or_default());
+        let (http2, port) = self.ports(base, c);
+        let memory = match &c.resources {
+            Some(r) => self.resources(&format!("{base}.resources"), r),
+            None => None,
+        };
+        for (field, probe, required) in [
+            ("readinessProbe", &c.readiness_probe, false),
+            ("livenessProbe", &c.liveness_probe, true),
+            ("startupProbe", &c.startup_probe, true),
+        ] {
+            if let Some(p) = probe {
+                self.probe(&format!("{base}.{field}"), p, required);
+            }
+        }
+        if let Some(sc) = &c.security_context {
+            self.security_context(&format!("{base}.securityContext"), sc);
+        }
+        (memory, env, http2, port)
+    }
+
+    fn env(&mut self, base: &str, env: &[EnvVar]) -> Vec<(String, String)> {
+        let mut out = Vec::with_capacity(env.len());
+        for (i, var) in env.iter().enumerate() {
+            let path = format!("{base}.env[{i}]");
+            if var.name.is_empty() {
+                self.invalid(format!("{path}.name"), "must not be empty");
+            }
+            if var.value_from.is_some() {
+                self.unsupported(
+                    format!("{path}.valueFrom"),
+                    "only literal values are supported; ConfigMap, Secret, field and resource \
+                     references are not resolved for fibers",
+                );
+                continue;
+            }
+            out.push((var.name.clone(), var.value.clone().unwrap_or_default()));
+        }
+        out
+    }
+
+    fn ports(&mut self, base: &str, c: &Container) -> (bool, Option<u16>) {
+        let ports = c.ports.as_deref().unwrap_or_default();
+        for i in 1..ports.len() {
+            self.unsupported(
+                format!("{base}.ports[{i}]"),
+                "a Revision serves exactly one port",
+            );
+        }
+        let Some(p) = ports.first() else {
+            return (false, None);
+        };
+        let path = format!("{base}.ports[0]");
+        let http2 = match p.name.as_deref() {
+            None | Some("") | Some("http1") => false,
+            Some("h2c") => true,
+            Some(other) => {
+                self.invalid(
+                    format!("{path}.name"),
+                    format!("{other:?} is not a port name Knative accepts: use h2c or http1"),
+                );
+                false
+            }
+        };
+        let port = match p.container_port {
+            0 => None,
+            n @ 1..=65535 => Some(n as u16),
+            n => {
+                self.invalid(
+                    format!("{path}.containerPort"),
+                    format!("{n} is out of bounds: must be between 0 and 65535"),
+                );
+                None
+            }
+        };
+        if p.host_port.is_some_and(|h| h != 0) {
+            self.unsupported(
+                format!("{path}.hostPort"),
+                "a fiber is reached through Lampyr's router, never a host port",
+            );
+        }
+        if p.host_ip.as_deref().is_some_and(|h| !h.is_empty()) {
+            self.unsupported(
+                format!("{path}.hostIP"),
+                "a fiber is reached through Lampyr's router, never a host address",
+            );
+        }
+        if let Some(proto) = p.protocol.as_deref()
+            && !proto.is_empty()
+            && proto != "TCP"
+        {
+            self.unsupported(
+                format!("{path}.protocol"),
+                format!("{proto} is not served: fibers serve HTTP over TCP"),
+            );
+        }
+        (http2, port)
+    }
+
+    fn resources(&mut self, base: &str, r: &ResourceRequirements) -> Option<u64> {
+        if r.claims.as_ref().is_some_and(|c| !c.is_empty()) {
+            self.unsupported(
+                format!("{base}.claims"),
+                "dynamic resource claims cannot be attached to a fiber",
+            );
+        }
+        let mut memory = [None, None];
+        for (slot, (field, map)) in [("limits", &r.limits), ("requests", &r.requests)]
+            .into_iter()
+            .enumerate()
+        {
+            let Some(map) = map else { continue };
+            let map_path = format!("{base}.{field}");
+            for (name, quantity) in map {
+                let path = key_path(&map_path, name);
+                match name.as_str() {
+                    "memory" => match parse_quantity(&quantity.0) {
+                        Ok(q) if q.is_zero() => self.invalid(path, "memory must be greater than 0"),
+                        Ok(q) => memory[slot] = Some(q.ceil()),
+                        Err(e) => self.invalid(path, e.to_string()),
+                    },
+                    // Validated only: a fiber always has exactly one vCPU.
+                    "cpu" => {
+                        if let Err(e) = parse_quantity(&quantity.0) {
+                            self.invalid(path, e.to_string());
+                        }
+                    }
+                    "ephemeral-storage" => {
+                        self.unsupported(path, "a fiber has no filesystem to store data on")
+                    }
+                    other => self.unsupported(
+                        path,
+                        format!("a fiber has one vCPU and memory only; {other} cannot be given to it"),
+                    ),
+                }
+            }
+        }
+        let [limit, request] = memory;
+        if let (Some(l), Some(q)) = (limit, request)
+            && q > l
+        {
+            self.invalid(
+                format!("{base}.requests.memory"),
+                format!("{q} bytes is more than the limit ({l} bytes)"),
+            );
+        }
+        limit.or(request)
+    }
+
+    fn probe(&mut self, base: &str, p: &Probe, needs_handler: bool) {
+        let mut handlers = usize::from(p.http_get.is_some()) + usize::from(p.tcp_socket.is_some());
+        for (field, value) in &p.other {
+            if is_empty_value(value) {
+                continue;
+            }
+            let path = key_path(base, field);
+            match field.as_str() {
+                "exec" => {
+                    handlers += 1;
+                    self.unsupported(path, "exec probes run a command, and a fiber runs no processes")
+                }
+                "grpc" => {
+                    handlers += 1;
+                    self.unsupported(path, "gRPC probes are not supported; use httpGet or tcpSocket")
+                }
+                _ => self.unsupported(path, "not a probe field fibers support"),
+            }
+        }
+        if handlers > 1 {
+            self.invalid(base, "a probe takes exactly one handler");
+        } else if handlers == 0 && needs_handler {
+            self.invalid(base, "needs an httpGet or tcpSocket handler");
+        }
+        if let Some(h) = &p.http_get {
+            self.others(&format!("{base}.httpGet"), &h.other, |_| "not an httpGet field");
+        }
+        if let Some(t) = &p.tcp_socket {
+            self.others(&format!("{base}.tcpSocket"), &t.other, |_| "not a tcpSocket field");
+        }
+    }
+
+    fn run_as_non_root(&mut self, base: &str, v: Option<bool>) {
+        if v == Some(false) {
+            self.unsupported(
+                format!("{base}.runAsNonRoot"),
+                "only true holds for a fiber: it runs no root user",
+            );
+        }
+    }
+
+    fn seccomp(&mut self, base: &str, profile: Option<&SeccompProfile>) {
+        let Some(profile) = profile else { return };
+        let path = format!("{base}.seccompProfile");
+        if profile.type_ != "RuntimeDefault" {
+            self.unsupported(
+                format!("{path}.type"),
+                format!(
+                    "{:?}: only RuntimeDefault holds for a fiber (it makes no host system calls)",
+                    profile.type_
+                ),
+            );
+        }
+        if profile.localhost_profile.as_deref().is_some_and(|p| !p.is_empty()) {
+            self.unsupported(
+                format!("{path}.localhostProfile"),
+                "host seccomp profiles do not apply inside a fiber",
+            );
+        }
+    }
+
+    fn security_context(&mut self, base: &str, sc: &SecurityContext) {
+        self.others(base, &sc.other, security_field_reason);
+        self.run_as_non_root(base, sc.run_as_non_root);
+        if sc.allow_privilege_escalation == Some(true) {
+            self.unsupported(
+                format!("{base}.allowPrivilegeEscalation"),
+                "only false holds for a fiber: it has no privileges to gain",
+            );
+        }
+        if sc.read_only_root_filesystem == Some(false) {
+            self.unsupported(
+                format!("{base}.readOnlyRootFilesystem"),
+                "only true holds for a fiber: it has no filesystem to write",
+            );
+        }
+        if sc.privileged == Some(true) {
+            self.unsupported(
+                format!("{base}.privileged"),
+                "a fiber cannot run privileged: it has no access to the host",
+            );
+        }
+        if let Some(Capabilities { add: Some(add), .. }) = &sc.capabilities
+            && !add.is_empty()
+        {
+            self.unsupported(
+                format!("{base}.capabilities.add"),
+                "a fiber has no Linux capabilities to add; dropping them is accepted",
+            );
+        }
+        self.seccomp(base, sc.seccomp_profile.as_ref());
+    }
+
+    fn pod_security_context(&mut self, base: &str, sc: &PodSecurityContext) {
+        self.others(base, &sc.other, security_field_reason);
+        self.run_as_non_root(base, sc.run_as_non_root);
+        self.seccomp(base, sc.seccomp_profile.as_ref());
+    }
+}
+
+fn in_range(v: f64, min: f64, max: f64) -> Result<(), String> {
+    if (min..=max).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{v} is out of bounds: must be between {min} and {max}"))
+    }
+}
+
+/// The template's annotations, read with Knative's key aliases.
+struct Annotations<'a> {
+    map: &'a BTreeMap<String, String>,
+    base: String,
+    cx: &'a mut Checker,
+}
+
+/// Every autoscaling key Lampyr reads, canonical first.
+const AUTOSCALING_KEYS: &[&str] = &[
+    keys::CLASS,
+    keys::METRIC,
+    keys::MIN_SCALE,
+    keys::MAX_SCALE,
+    keys::INITIAL_SCALE,
+    keys::ACTIVATION_SCALE,
+    keys::TARGET,
+    keys::TARGET_UTILIZATION_PERCENTAGE,
+    keys::TARGET_BURST_CAPACITY,
+    keys::WINDOW,
+    keys::SCALE_DOWN_DELAY,
+    keys::SCALE_TO_ZERO_POD_RETENTION_PERIOD,
+    keys::PANIC_WINDOW_PERCENTAGE,
+    keys::PANIC_THRESHOLD_PERCENTAGE,
+];
+
+impl Annotations<'_> {
+    fn path(&self, key: &str) -> String {
+        format!("{}[{key:?}]", self.base)
+    }
+
+    /// Reports autoscaling keys Lampyr does not know, and keys set under
+    /// both their canonical name and their alias.
+    fn unknown_keys(&mut self) {
+        for key in self.map.keys() {
+            if !key.starts_with(keys::AUTOSCALING_PREFIX) {
+                continue;
+            }
+            let known = AUTOSCALING_KEYS.contains(&key.as_str())
+                || keys::AUTOSCALING_ALIASES.iter().any(|(_, a)| a == key);
+            if !known {
+                let path = self.path(key);
+                self.cx.unsupported(path, "not an autoscaling setting fibers support");
+            }
+        }
+        for (canonical, alias) in keys::AUTOSCALING_ALIASES {
+            if self.map.contains_key(*canonical) && self.map.contains_key(*alias) {
+                let path = self.path(alias);
+                self.cx.invalid(path, format!("set together with {canonical}; keep only one"));
+            }
+        }
+    }
+
+    /// `(path, value)` of a key, read from its canonical name or its alias.
+    fn get(&self, canonical: &str) -> Option<(String, &str)> {
+        std::iter::once(canonical)
+            .chain(keys::autoscaling_alias(canonical))
+            .find_map(|k| self.map.get(k).map(|v| (self.path(k), v.as_str())))
+    }
+
+    /// An integer ≥ 0 (Go `ParseInt(v, 10, 32)`).
+    fn int_ge0(&mut self, key: &str) -> Option<u32> {
+        let (path, v) = self.get(key)?;
+        match v.parse::<i32>() {
+            Ok(n) if n >= 0 => Some(n as u32),
+            Ok(_) => {
+                self.cx.invalid(path, format!("{v} is out of bounds: must be between 0 and {}", i32::MAX));
+                None
+            }
+            Err(_) => {
+                let digits = v.strip_prefix(['+', '-']).unwrap_or(v);
+                if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                    self.cx.invalid(
+                        path,
+                        format!("{v} is out of bounds: must be between 0 and {}", i32::MAX),
+                    );
+                } else {
+                    self.cx.invalid(path, format!("{v:?} is not an integer"));
+                }
+                None
+            }
+        }
+    }
+
+    /// A finite float passing `check`.
+    fn float(&mut self, key: &str, check: impl Fn(f64) -> Result<(), String>) -> Option<f64> {
+        let (path, v) = self.get(key)?;
+        match v.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() && v.trim() == v => match check(f) {
+                Ok(()) => Some(f),
+                Err(reason) => {
+                    self.cx.invalid(path, reason);
+                    None
+                }
+            },
+            _ => {
+                self.cx.invalid(path, format!("{v:?} is not a number"));
+                None
+            }
+        }
+    }
+
+    /// A Go duration in `min..=1h`, optionally in whole seconds.
+    fn duration(&mut self, key: &str, min: Duration, whole_seconds: bool) -> Option<Duration> {
+        let (path, v) = self.get(key)?;
+        let parsed = match parse_go_duration(v) {
+            Ok(d) => d,
+            Err(e) => {
+                self.cx.invalid(path, e.to_string());
+                return None;
+            }
+        };
+        let bounds = || {
+            format!(
+                "{v} is out of bounds: must be between {}s and {}s",
+                min.as_secs(),
+                WINDOW_MAX.as_secs()
+            )
+        };
+        let Some(d) = parsed.non_negative() else {
+            self.cx.invalid(path, bounds());
+            return None;
+        };
+        if d < min || d > WINDOW_MAX {
+            self.cx.invalid(path, bounds());
+            return None;
+        }
+        if whole_seconds && d.subsec_nanos() != 0 {
+            self.cx.invalid(path, format!("{v} must be given in whole seconds"));
+            return None;
+        }
+        Some(d)
+    }
+}
+
+#[cfg(test)]
+mod tests;

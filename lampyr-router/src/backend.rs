@@ -1,0 +1,35 @@
+//! What serves a Revision's requests: local fiber pools, or (in a cluster)
+//! fiberd instances reached over the network.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use lampyr_abi::{Request, Response};
+use lampyr_fiber::InvokeError;
+use tokio::time::Instant;
+
+/// A boxed future, as returned by [`Backend::invoke`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Counts a backend reports for metrics and scaling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Requests executing.
+    pub in_flight: usize,
+    /// Requests waiting for a fiber.
+    pub queued: usize,
+    /// Fibers alive.
+    pub fibers: usize,
+    /// Fibers the scaler wants.
+    pub desired: usize,
+}
+
+/// Serves one Revision's requests.
+pub trait Backend: Send + Sync {
+    /// Serves `req` before `deadline`; dropping the future abandons the request.
+    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>>;
+    /// Largest request body accepted, in bytes.
+    fn max_request_body(&self) -> u64;
+    /// Current counts.
+    fn stats(&self) -> BackendStats;
+}

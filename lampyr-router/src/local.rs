@@ -1,0 +1,96 @@
+//! A Revision served by fiber pools in this process (`ly run`, fiberd),
+//! scaled by a [`Scaler`] ticking in the background.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use lampyr_abi::{Request, Response};
+use lampyr_fiber::{FiberPool, InvokeError};
+use tokio::time::Instant;
+
+use crate::backend::{Backend, BackendStats, BoxFuture};
+use crate::scaler::{Scaler, ScalerConfig};
+
+/// A Revision's local fibers and their scaler.
+pub struct LocalBackend {
+    pool: FiberPool,
+    scaler: Mutex<Scaler>,
+    arrivals: AtomicU64,
+}
+
+impl LocalBackend {
+    /// Serves from `pool`, starts `initial-scale` fibers and the scaling loop
+    /// (which ends when the backend is dropped).
+    pub async fn start(pool: FiberPool, scaling: lampyr_fiber::policy::ScalingPolicy, config: ScalerConfig) -> Result<Arc<Self>, InvokeError> {
+        let tick = config.tick;
+        let scaler = Scaler::new(scaling, config, std::time::Instant::now());
+        pool.set_desired(scaler.initial() as usize).await?;
+        let backend = Arc::new(LocalBackend { pool, scaler: Mutex::new(scaler), arrivals: AtomicU64::new(0) });
+        tokio::spawn(scale_loop(Arc::downgrade(&backend), tick));
+        Ok(backend)
+    }
+
+    /// The pool behind this backend.
+    pub fn pool(&self) -> &FiberPool {
+        &self.pool
+    }
+
+    /// Wakes a Revision at zero: starts `activation-scale` fibers in the background.
+    fn activate(&self) {
+        let n = match self.scaler.lock() {
+            Ok(mut s) => s.activate(std::time::Instant::now()),
+            Err(_) => 1,
+        };
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            if let Err(e) = pool.set_desired(n as usize).await {
+                tracing::warn!(error = %e, "waking the revision failed");
+            }
+        });
+    }
+
+    /// One scaling step: sample, decide, resize.
+    async fn tick(&self) {
+        let stats = self.pool.stats();
+        let now = std::time::Instant::now();
+        let decision = {
+            let Ok(mut scaler) = self.scaler.lock() else { return };
+            scaler.record(now, (stats.in_flight + stats.queued) as f64, self.arrivals.swap(0, Ordering::AcqRel));
+            scaler.decide(now, stats.live as u32)
+        };
+        if decision.desired as usize != stats.desired || (decision.desired as usize) < stats.live {
+            if let Err(e) = self.pool.set_desired(decision.desired as usize).await {
+                tracing::warn!(error = %e, "resizing the revision failed");
+            }
+        }
+    }
+}
+
+async fn scale_loop(backend: Weak<LocalBackend>, tick: std::time::Duration) {
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(backend) = backend.upgrade() else { return };
+        backend.tick().await;
+    }
+}
+
+impl Backend for LocalBackend {
+    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>> {
+        self.arrivals.fetch_add(1, Ordering::AcqRel);
+        if self.pool.stats().live == 0 {
+            self.activate();
+        }
+        Box::pin(self.pool.invoke(req, deadline))
+    }
+
+    fn max_request_body(&self) -> u64 {
+        self.pool.template().metadata().max_request_body
+    }
+
+    fn stats(&self) -> BackendStats {
+        let s = self.pool.stats();
+        BackendStats { in_flight: s.in_flight, queued: s.queued, fibers: s.live, desired: s.desired }
+    }
+}

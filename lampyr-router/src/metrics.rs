@@ -1,0 +1,76 @@
+//! Prometheus metrics of fiber-router, labelled by namespace, Revision and
+//! status code (bounded sets). Listed in `docs/metrics.md`.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+fn latency() -> Histogram {
+    // 50 µs … ~105 s.
+    Histogram::new(exponential_buckets(5e-5, 2.0, 22))
+}
+
+/// Every router metric family.
+#[derive(Clone)]
+pub struct RouterMetrics {
+    /// Requests by namespace, Revision and status code.
+    pub requests: Family<Labels, Counter>,
+    /// Time to the response, by namespace and Revision.
+    pub duration: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Requests that found their Revision at zero fibers.
+    pub cold_starts: Family<Labels, Counter>,
+    /// Time to the response of requests that found their Revision at zero.
+    pub cold_start_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Fibers the scaler wants.
+    pub fibers_desired: Family<Labels, Gauge>,
+    /// Fibers alive.
+    pub fibers_actual: Family<Labels, Gauge>,
+    /// Requests waiting for a fiber.
+    pub queue_depth: Family<Labels, Gauge>,
+    /// Requests that matched no Service or Revision.
+    pub unrouted: Counter,
+}
+
+impl Default for RouterMetrics {
+    fn default() -> Self {
+        RouterMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(latency as fn() -> Histogram),
+            cold_starts: Family::default(),
+            cold_start_seconds: Family::new_with_constructor(latency as fn() -> Histogram),
+            fibers_desired: Family::default(),
+            fibers_actual: Family::default(),
+            queue_depth: Family::default(),
+            unrouted: Counter::default(),
+        }
+    }
+}
+
+impl RouterMetrics {
+    /// Registers every family under the `lampyr_router` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("lampyr_router");
+        r.register("requests", "Requests by namespace, revision and status code", self.requests.clone());
+        r.register("request_duration_seconds", "Time to the response", self.duration.clone());
+        r.register("cold_starts", "Requests that found their revision at zero fibers", self.cold_starts.clone());
+        r.register("cold_start_duration_seconds", "Time to the response of cold-start requests", self.cold_start_seconds.clone());
+        r.register("fibers_desired", "Fibers the scaler wants", self.fibers_desired.clone());
+        r.register("fibers_actual", "Fibers alive", self.fibers_actual.clone());
+        r.register("queue_depth", "Requests waiting for a fiber", self.queue_depth.clone());
+        r.register("unrouted", "Requests that matched no service or revision", self.unrouted.clone());
+    }
+}
+
+/// `namespace` and `revision` labels.
+pub fn revision_labels(namespace: &str, revision: &str) -> Labels {
+    vec![("namespace".into(), namespace.into()), ("revision".into(), revision.into())]
+}
+
+/// `namespace`, `revision` and `code` labels.
+pub fn code_labels(namespace: &str, revision: &str, code: u16) -> Labels {
+    vec![("namespace".into(), namespace.into()), ("revision".into(), revision.into()), ("code".into(), code.to_string())]
+}

@@ -1,0 +1,295 @@
+//! The HTTP front: accepts HTTP/1.1 and h2c, answers probes, health and
+//! metrics, routes requests to Revisions, maps every failure to one status.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use lampyr_abi::Header;
+use lampyr_fiber::InvokeError;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::metrics::{RouterMetrics, code_labels, revision_labels};
+use crate::table::{RevisionEntry, RouteTable, parse_host};
+
+/// Header naming the Revision on the cluster path (set by the KIngress split).
+pub const REVISION_HEADER: &str = "knative-serving-revision";
+/// Header naming the Revision's namespace on the cluster path.
+pub const NAMESPACE_HEADER: &str = "knative-serving-namespace";
+const PROBE_HEADER: &str = "k-network-probe";
+const HASH_HEADER: &str = "k-network-hash";
+
+/// Router settings.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// Domain of Host-routed requests: `<service>.<namespace>.<domain>`.
+    pub domain: String,
+    /// How long in-flight requests may finish after shutdown starts.
+    pub drain_timeout: Duration,
+    /// Most open connections; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Longest wait for a request's headers.
+    pub header_timeout: Duration,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            domain: "localhost".into(),
+            drain_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+type Resp = hyper::Response<Full<Bytes>>;
+
+/// fiber-router: a routing table behind an HTTP server.
+pub struct Router {
+    table: ArcSwap<RouteTable>,
+    config: RouterConfig,
+    metrics: RouterMetrics,
+    registry: Registry,
+}
+
+impl Router {
+    /// A router with an empty table; `registry` holds every metric `/metrics` shows
+    /// (the router registers its own into it).
+    pub fn new(config: RouterConfig, mut registry: Registry) -> Arc<Self> {
+        let metrics = RouterMetrics::default();
+        metrics.register(&mut registry);
+        Arc::new(Router { table: ArcSwap::from_pointee(RouteTable::default()), config, metrics, registry })
+    }
+
+    /// The current table.
+    pub fn table(&self) -> Arc<RouteTable> {
+        self.table.load_full()
+    }
+
+    /// Replaces the table; requests in flight keep the Revisions they picked.
+    pub fn set_table(&self, table: RouteTable) {
+        self.table.store(Arc::new(table));
+    }
+
+    /// Metrics text, refreshed with the backends' current counts.
+    pub fn render_metrics(&self) -> String {
+        for rev in self.table.load().revisions() {
+            let labels = revision_labels(&rev.namespace, &rev.name);
+            let stats = rev.backend.stats();
+            self.metrics.fibers_desired.get_or_create(&labels).set(stats.desired as i64);
+            self.metrics.fibers_actual.get_or_create(&labels).set(stats.fibers as i64);
+            self.metrics.queue_depth.get_or_create(&labels).set(stats.queued as i64);
+        }
+        lampyr_fiber::metrics::render(&self.registry)
+    }
+
+    /// Serves connections from `listener` until `shutdown` resolves, then drains.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl std::future::Future<Output = ()>) {
+        let graceful = GracefulShutdown::new();
+        let limit = Arc::new(Semaphore::new(self.config.max_connections));
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.config.header_timeout);
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                p = Arc::clone(&limit).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                () = &mut shutdown => break,
+            };
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let router = Arc::clone(&self);
+            let service = hyper::service::service_fn(move |req| {
+                let router = Arc::clone(&router);
+                async move { Ok::<_, std::convert::Infallible>(router.handle(req, peer).await) }
+            });
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, %peer, "connection ended with an error");
+                }
+                drop(permit);
+            });
+        }
+        drop(listener);
+        if tokio::time::timeout(self.config.drain_timeout, graceful.shutdown()).await.is_err() {
+            tracing::warn!(timeout = ?self.config.drain_timeout, "drain deadline passed with requests in flight");
+        }
+    }
+
+    /// Answers one request.
+    pub async fn handle(&self, req: hyper::Request<Incoming>, _peer: SocketAddr) -> Resp {
+        if let Some(hash) = probe_hash(req.headers()) {
+            let mut resp = text(StatusCode::OK, "");
+            if let Some(hash) = hash {
+                resp.headers_mut().insert(HASH_HEADER, hash);
+            }
+            return resp;
+        }
+        let table = self.table.load_full();
+        let entry = match self.resolve(&table, &req) {
+            Ok(entry) => entry,
+            Err(resp) => return resp,
+        };
+        self.serve_revision(&entry, req).await
+    }
+
+    fn resolve(&self, table: &RouteTable, req: &hyper::Request<Incoming>) -> Result<Arc<RevisionEntry>, Resp> {
+        let headers = req.headers();
+        if let (Some(ns), Some(rev)) = (header_str(headers, NAMESPACE_HEADER), header_str(headers, REVISION_HEADER)) {
+            return table.revision(ns, rev).cloned().ok_or_else(|| {
+                self.metrics.unrouted.inc();
+                text(StatusCode::NOT_FOUND, &format!("revision {ns}/{rev} is not served here\n"))
+            });
+        }
+        let host = req.uri().authority().map(|a| a.as_str()).or_else(|| header_str(headers, "host")).unwrap_or("");
+        let Some(route) = parse_host(host, &self.config.domain).and_then(|(svc, ns)| table.service(ns, svc)) else {
+            return Err(self.own_endpoint(req.uri().path(), host));
+        };
+        table.pick(route, fastrand::u32(0..100)).cloned().ok_or_else(|| {
+            text(StatusCode::SERVICE_UNAVAILABLE, &format!("service {}/{} has no ready revision\n", route.namespace, route.name))
+        })
+    }
+
+    /// The router's own endpoints, reached by a Host that names no Service.
+    fn own_endpoint(&self, path: &str, host: &str) -> Resp {
+        match path {
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/metrics" => {
+                let mut resp = text(StatusCode::OK, &self.render_metrics());
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                );
+                resp
+            }
+            _ => {
+                self.metrics.unrouted.inc();
+                text(StatusCode::NOT_FOUND, &format!("no service for host {host:?} (expected <service>.<namespace>.{})\n", self.config.domain))
+            }
+        }
+    }
+
+    async fn serve_revision(&self, entry: &RevisionEntry, req: hyper::Request<Incoming>) -> Resp {
+        let started = Instant::now();
+        let deadline = started + entry.policy.request_deadline();
+        let cold = entry.backend.stats().fibers == 0;
+        let resp = match to_guest_request(req, entry.backend.max_request_body(), deadline).await {
+            Ok(guest_req) => match entry.backend.invoke(guest_req, deadline).await {
+                Ok(guest_resp) => from_guest_response(guest_resp),
+                Err(e) => error_response(&e),
+            },
+            Err(resp) => resp,
+        };
+        let labels = revision_labels(&entry.namespace, &entry.name);
+        let elapsed = started.elapsed().as_secs_f64();
+        self.metrics.requests.get_or_create(&code_labels(&entry.namespace, &entry.name, resp.status().as_u16())).inc();
+        self.metrics.duration.get_or_create(&labels).observe(elapsed);
+        if cold {
+            self.metrics.cold_starts.get_or_create(&labels).inc();
+            self.metrics.cold_start_seconds.get_or_create(&labels).observe(elapsed);
+        }
+        resp
+    }
+}
+
+/// `Some(hash)` when the request is a Knative network probe.
+fn probe_hash(headers: &HeaderMap) -> Option<Option<HeaderValue>> {
+    headers.contains_key(PROBE_HEADER).then(|| headers.get(HASH_HEADER).cloned())
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
+}
+
+async fn to_guest_request(
+    req: hyper::Request<Incoming>,
+    max_body: u64,
+    deadline: Instant,
+) -> Result<lampyr_abi::Request, Resp> {
+    let (parts, body) = req.into_parts();
+    let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
+    let declared = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > max_body) {
+        return Err(too_large(max_body));
+    }
+    let body = match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large(max_body)),
+        Ok(Err(e)) => return Err(text(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}\n"))),
+        Err(_) => return Err(text(StatusCode::GATEWAY_TIMEOUT, "the request body did not arrive before the deadline\n")),
+    };
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() })
+        .collect();
+    let uri = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
+    Ok(lampyr_abi::Request { method: parts.method.as_str().to_string(), uri, headers, body: body.to_vec() })
+}
+
+fn too_large(max: u64) -> Resp {
+    text(StatusCode::PAYLOAD_TOO_LARGE, &format!("request body exceeds this service's limit of {max} bytes\n"))
+}
+
+/// Hop-by-hop and framing headers the router sets itself.
+fn is_connection_header(name: &HeaderName) -> bool {
+    matches!(name.as_str(), "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "upgrade" | "te" | "trailer")
+}
+
+fn from_guest_response(resp: lampyr_abi::Response) -> Resp {
+    let Ok(status) = StatusCode::from_u16(resp.status) else {
+        return text(StatusCode::BAD_GATEWAY, &format!("the guest answered with invalid status {}\n", resp.status));
+    };
+    let mut out = hyper::Response::new(Full::new(Bytes::from(resp.body)));
+    *out.status_mut() = status;
+    for h in resp.headers {
+        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(&h.value)) else {
+            return text(StatusCode::BAD_GATEWAY, &format!("the guest answered with an invalid header {:?}\n", h.name));
+        };
+        if !is_connection_header(&name) {
+            out.headers_mut().append(name, value);
+        }
+    }
+    out
+}
+
+/// The single place an invocation failure becomes an HTTP answer.
+fn error_response(err: &InvokeError) -> Resp {
+    let status = StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = text(status, &format!("{err}\n"));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+fn text(status: StatusCode, body: &str) -> Resp {
+    let mut resp = hyper::Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+    *resp.status_mut() = status;
+    if !body.is_empty() {
+        resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    }
+    resp
+}

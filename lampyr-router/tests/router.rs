@@ -1,0 +1,277 @@
+//! fiber-router over real sockets and real fibers: Host and header routing,
+//! traffic splits, activator semantics, limits, probes, metrics, scaling.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lampyr_abi::Env;
+use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact, verify_layout};
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+use lampyr_fiber::{FiberPool, PoolConfig, Template};
+use lampyr_router::{LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
+use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+fn artifact(elf: std::path::PathBuf, dir: &tempfile::TempDir, name: &str) -> VerifiedArtifact {
+    require_kvm();
+    let layout = dir.path().join(name);
+    let built = build_artifact(&elf, &layout, &BuildOptions { max_body: 64 * 1024, heap_size: None }).expect("builds");
+    verify_layout(&layout, Some(&built.digest)).expect("verifies")
+}
+
+fn policy(max_scale: u32, timeout: Duration) -> FiberPolicy {
+    FiberPolicy {
+        container_concurrency: 0,
+        scaling: ScalingPolicy {
+            min_scale: 0,
+            max_scale,
+            initial_scale: 1,
+            activation_scale: 1,
+            metric: ScaleMetric::Concurrency,
+            target: 100.0,
+            target_utilization_percent: 70.0,
+            stable_window: Duration::from_secs(6),
+            panic_window_percent: 10.0,
+            panic_threshold_percent: 200.0,
+            scale_down_delay: Duration::ZERO,
+            scale_to_zero_retention: Duration::ZERO,
+        },
+        timeouts: TimeoutPolicy { request: timeout, response_start: timeout, idle: None },
+        memory_bytes: None,
+        env: vec![],
+        http2: false,
+        port: None,
+    }
+}
+
+fn fast_scaler() -> ScalerConfig {
+    ScalerConfig {
+        tick: Duration::from_millis(100),
+        scale_to_zero_grace_period: Duration::from_millis(600),
+        ..ScalerConfig::default()
+    }
+}
+
+struct Rev {
+    name: &'static str,
+    artifact: VerifiedArtifact,
+    env: Vec<(&'static str, &'static str)>,
+    policy: FiberPolicy,
+    queue: usize,
+}
+
+async fn entry(rev: Rev, metrics: &RuntimeMetrics) -> (RevisionEntry, Arc<LocalBackend>) {
+    let env = Env { vars: rev.env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+    let template = Template::load(&rev.artifact, &env).expect("template");
+    let max = if rev.policy.scaling.max_scale == 0 { 8 } else { rev.policy.scaling.max_scale as usize };
+    let pool = FiberPool::new(template, PoolConfig { revision: rev.name.into(), max_fibers: max, queue_capacity: rev.queue }, metrics.clone());
+    let backend = LocalBackend::start(pool, rev.policy.scaling.clone(), fast_scaler()).await.expect("backend");
+    let entry = RevisionEntry { namespace: "default".into(), name: rev.name.into(), policy: rev.policy, backend: backend.clone() };
+    (entry, backend)
+}
+
+async fn serve(table: RouteTable) -> (Arc<Router>, SocketAddr) {
+    let router = Router::new(RouterConfig::default(), Registry::default());
+    router.set_table(table);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(Arc::clone(&router).serve(listener, std::future::pending()));
+    (router, addr)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client")
+}
+
+async fn get(c: &reqwest::Client, addr: SocketAddr, host: &str, path: &str) -> (u16, String) {
+    let resp = c.get(format!("http://{addr}{path}")).header("host", host).send().await.expect("response");
+    (resp.status().as_u16(), resp.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn routes_by_host_and_headers_and_splits_traffic_90_10() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hello = artifact(example_elf("hello"), &dir, "hello");
+    let metrics = RuntimeMetrics::default();
+    let mut table = RouteTable::default();
+    for (name, target) in [("hello-00001", "one"), ("hello-00002", "two")] {
+        let rev = Rev { name, artifact: hello.clone(), env: vec![("TARGET", target)], policy: policy(4, Duration::from_secs(30)), queue: 64 };
+        table.insert_revision(entry(rev, &metrics).await.0);
+    }
+    table.insert_service(ServiceRoute {
+        namespace: "default".into(),
+        name: "hello".into(),
+        traffic: vec![("hello-00001".into(), 90), ("hello-00002".into(), 10)],
+    });
+    let (_router, addr) = serve(table).await;
+    let c = client();
+
+    let (mut one, mut two) = (0, 0);
+    for _ in 0..400 {
+        let (status, body) = get(&c, addr, "hello.default.localhost:8080", "/").await;
+        assert_eq!(status, 200);
+        match body.as_str() {
+            "Hello one!\n" => one += 1,
+            "Hello two!\n" => two += 1,
+            other => panic!("unexpected body {other:?}"),
+        }
+    }
+    // 400 draws at p = 0.1: mean 40, sd 6; 16..70 is beyond 4 sd either side.
+    assert!((16..=70).contains(&two), "90/10 split measured {one}/{two}");
+
+    let resp = c
+        .get(format!("http://{addr}/"))
+        .header("knative-serving-namespace", "default")
+        .header("knative-serving-revision", "hello-00002")
+        .send()
+        .await
+        .expect("response");
+    assert_eq!(resp.text().await.expect("body"), "Hello two!\n", "header routing picks the named revision");
+
+    let (status, body) = get(&c, addr, "nope.default.localhost", "/").await;
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = get(&c, addr, "localhost", "/healthz").await;
+    assert_eq!(status, 200);
+    let probe = c
+        .get(format!("http://{addr}/healthz"))
+        .header("host", "hello.default.localhost")
+        .header("k-network-probe", "probe")
+        .header("k-network-hash", "abc123")
+        .send()
+        .await
+        .expect("probe");
+    assert_eq!(probe.status().as_u16(), 200);
+    assert_eq!(probe.headers().get("k-network-hash").map(|v| v.as_bytes()), Some(b"abc123".as_slice()));
+
+    let (_, text) = get(&c, addr, "127.0.0.1", "/metrics").await;
+    for name in ["lampyr_router_requests_total", "lampyr_router_request_duration_seconds", "lampyr_router_fibers_actual"] {
+        assert!(text.contains(name), "/metrics lacks {name}");
+    }
+    assert!(text.contains(r#"code="200""#) && text.contains(r#"revision="hello-00002""#));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn h2c_is_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hello = artifact(example_elf("hello"), &dir, "hello");
+    let metrics = RuntimeMetrics::default();
+    let mut table = RouteTable::default();
+    let rev = Rev { name: "hello-00001", artifact: hello, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 8 };
+    table.insert_revision(entry(rev, &metrics).await.0);
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "hello".into(), traffic: vec![("hello-00001".into(), 100)] });
+    let (_router, addr) = serve(table).await;
+    let c = reqwest::Client::builder().http2_prior_knowledge().build().expect("h2c client");
+    let resp = c.get(format!("http://hello.default.localhost:{}/", addr.port())).send().await;
+    // reqwest resolves the name itself; connect by address with an explicit authority instead.
+    drop(resp);
+    let c = reqwest::Client::builder().http2_prior_knowledge().resolve("hello.default.localhost", addr).build().expect("client");
+    let resp = c.get(format!("http://hello.default.localhost:{}/", addr.port())).send().await.expect("h2c response");
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(resp.text().await.expect("body"), "Hello World!\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_timeouts_and_a_crashing_revision_do_not_hurt_the_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spin = artifact(test_guest_elf("spin"), &dir, "spin");
+    let panic = artifact(test_guest_elf("panic"), &dir, "panic");
+    let hello = artifact(example_elf("hello"), &dir, "hello");
+    let metrics = RuntimeMetrics::default();
+    let mut table = RouteTable::default();
+    let revs = [
+        Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(1, Duration::from_secs(2)), queue: 1 },
+        Rev { name: "panic-00001", artifact: panic, env: vec![], policy: policy(1, Duration::from_secs(30)), queue: 4 },
+        Rev { name: "hello-00001", artifact: hello, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 4 },
+    ];
+    for rev in revs {
+        let svc = rev.name.trim_end_matches("-00001").to_string();
+        let name = rev.name.to_string();
+        table.insert_revision(entry(rev, &metrics).await.0);
+        table.insert_service(ServiceRoute { namespace: "default".into(), name: svc, traffic: vec![(name, 100)] });
+    }
+    let (_router, addr) = serve(table).await;
+    let c = client();
+
+    // max-scale 1 and a queue of 1: one request runs, one waits, the third is shed.
+    let looping = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, addr, "spin.default.localhost", "/loop").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let queued = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, addr, "spin.default.localhost", "/").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shed = c.get(format!("http://{addr}/")).header("host", "spin.default.localhost").send().await.expect("response");
+    assert_eq!(shed.status().as_u16(), 503);
+    assert_eq!(shed.headers().get("retry-after").map(|v| v.as_bytes()), Some(b"1".as_slice()));
+
+    let (status, _) = get(&c, addr, "panic.default.localhost", "/panic").await;
+    assert_eq!(status, 502, "a panicking guest is a 502");
+    let (status, body) = get(&c, addr, "hello.default.localhost", "/").await;
+    assert_eq!((status, body.as_str()), (200, "Hello World!\n"), "other revisions are unaffected");
+    let (status, _) = get(&c, addr, "panic.default.localhost", "/").await;
+    assert_eq!(status, 200, "the panicking revision recovers");
+
+    assert_eq!(looping.await.expect("joins").0, 504, "timeoutSeconds → 504");
+    let (status, _) = queued.await.expect("joins");
+    assert!(status == 200 || status == 504, "the queued request is served or times out at its deadline: {status}");
+
+    let big = c.post(format!("http://{addr}/")).header("host", "hello.default.localhost").body(vec![0u8; 64 * 1024 + 1]).send().await.expect("response");
+    assert_eq!(big.status().as_u16(), 413);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scales_from_zero_on_the_first_request_and_back_after_the_grace_period() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hello = artifact(example_elf("hello"), &dir, "hello");
+    let metrics = RuntimeMetrics::default();
+    let mut p = policy(4, Duration::from_secs(30));
+    p.scaling.initial_scale = 0;
+    let (e, backend) = entry(Rev { name: "hello-00001", artifact: hello, env: vec![], policy: p, queue: 8 }, &metrics).await;
+    let mut table = RouteTable::default();
+    table.insert_revision(e);
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "hello".into(), traffic: vec![("hello-00001".into(), 100)] });
+    let (_router, addr) = serve(table).await;
+    assert_eq!(backend.pool().stats().live, 0, "initial-scale 0 starts at zero");
+
+    let (status, body) = get(&client(), addr, "hello.default.localhost", "/").await;
+    assert_eq!((status, body.as_str()), (200, "Hello World!\n"));
+    assert!(backend.pool().stats().live >= 1, "woken by the first request");
+
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while backend.pool().stats().live > 0 {
+        assert!(std::time::Instant::now() < until, "not back to zero: {:?}", backend.pool().stats());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, text) = get(&client(), addr, "localhost", "/metrics").await;
+    assert!(text.contains("lampyr_router_cold_starts_total{namespace=\"default\",revision=\"hello-00001\"} 1"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_disconnects_frees_its_fiber() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spin = artifact(test_guest_elf("spin"), &dir, "spin");
+    let metrics = RuntimeMetrics::default();
+    let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(1, Duration::from_secs(300)), queue: 4 }, &metrics).await;
+    let mut table = RouteTable::default();
+    table.insert_revision(e);
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "spin".into(), traffic: vec![("spin-00001".into(), 100)] });
+    let (_router, addr) = serve(table).await;
+
+    let c = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().expect("client");
+    let err = c.get(format!("http://{addr}/loop")).header("host", "spin.default.localhost").send().await.expect_err("client gives up");
+    assert!(err.is_timeout());
+    let (status, body) = get(&client(), addr, "spin.default.localhost", "/").await;
+    assert_eq!((status, body.as_str()), (200, "not looping\n"), "the only fiber was freed");
+    // The fiber is restored after its answer is sent; wait for that to finish.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while backend.pool().stats().in_flight != 0 {
+        assert!(std::time::Instant::now() < until, "still busy: {:?}", backend.pool().stats());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
