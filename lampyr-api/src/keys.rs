@@ -93,13 +93,19 @@ pub const AUTOSCALING_ALIASES: &[(&str, &str)] = &[
         TARGET_UTILIZATION_PERCENTAGE,
         "autoscaling.knative.dev/targetUtilizationPercentage",
     ),
-    (TARGET_BURST_CAPACITY, "autoscaling.knative.dev/targetBurstCapacity"),
+    (
+        TARGET_BURST_CAPACITY,
+        "autoscaling.knative.dev/targetBurstCapacity",
+    ),
     (SCALE_DOWN_DELAY, "autoscaling.knative.dev/scaleDownDelay"),
     (
         SCALE_TO_ZERO_POD_RETENTION_PERIOD,
         "autoscaling.knative.dev/scaleToZeroPodRetentionPeriod",
     ),
-    (PANIC_WINDOW_PERCENTAGE, "autoscaling.knative.dev/panicWindowPercentage"),
+    (
+        PANIC_WINDOW_PERCENTAGE,
+        "autoscaling.knative.dev/panicWindowPercentage",
+    ),
     (
         PANIC_THRESHOLD_PERCENTAGE,
         "autoscaling.knative.dev/panicThresholdPercentage",

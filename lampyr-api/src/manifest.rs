@@ -87,12 +87,14 @@ pub enum ManifestErrorKind {
     #[error("{0}")]
     Invalid(String),
     /// A Knative Serving kind in an API version Lampyr does not read.
-    #[error("unsupported apiVersion {api_version:?} for kind {kind}: Lampyr reads {SERVING_API_VERSION}")]
+    #[error(
+        "unsupported apiVersion {api_version:?} for kind {kind}: Lampyr reads {SERVING_API_VERSION}"
+    )]
     UnsupportedApiVersion {
         /// The `apiVersion` as written.
         api_version: String,
-        /// The `kind`.
-        kind: String,
+        /// The `kind` (`Service` or `Configuration`).
+        kind: &'static str,
     },
 }
 
@@ -249,8 +251,12 @@ pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Manifest>, M
             continue;
         };
         let group = header.api_version.split('/').next().unwrap_or_default();
-        let knative_kind = matches!(header.kind.as_str(), "Service" | "Configuration");
-        let object = if group == SERVING_GROUP && knative_kind {
+        let knative_kind = match header.kind.as_str() {
+            "Service" => Some(Service::KIND),
+            "Configuration" => Some(Configuration::KIND),
+            _ => None,
+        };
+        let object = if let Some(kind) = knative_kind.filter(|_| group == SERVING_GROUP) {
             if header.api_version != SERVING_API_VERSION {
                 let location = deserialize_document::<LocateApiVersion>(text, index, source_name)
                     .err()
@@ -262,11 +268,11 @@ pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Manifest>, M
                     path: Some("apiVersion".into()),
                     kind: ManifestErrorKind::UnsupportedApiVersion {
                         api_version: header.api_version,
-                        kind: header.kind,
+                        kind,
                     },
                 });
             }
-            if header.kind == "Service" {
+            if kind == Service::KIND {
                 ManifestObject::Service(Box::new(deserialize_document(text, index, source_name)?))
             } else {
                 ManifestObject::Configuration(Box::new(deserialize_document(
@@ -355,7 +361,13 @@ status:
         let traffic = svc.spec.traffic.as_deref().unwrap_or_default();
         assert_eq!(traffic[0].percent, Some(100));
         assert_eq!(traffic[0].latest_revision, Some(true));
-        let annotations = svc.spec.template.metadata.annotations.clone().unwrap_or_default();
+        let annotations = svc
+            .spec
+            .template
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default();
         assert_eq!(annotations["autoscaling.knative.dev/min-scale"], "1");
     }
 
@@ -367,7 +379,10 @@ status:
         );
         let manifests = parse(&text).expect("parses");
         let kinds: Vec<_> = manifests.iter().map(|m| (m.document, m.kind())).collect();
-        assert_eq!(kinds, [(2, "Service"), (3, "ConfigMap"), (4, "Configuration")]);
+        assert_eq!(
+            kinds,
+            [(2, "Service"), (3, "ConfigMap"), (4, "Configuration")]
+        );
         assert_eq!(
             manifests[1].object,
             ManifestObject::Other(OtherObject {
@@ -441,7 +456,10 @@ status:
     #[test]
     fn documents_without_kind_or_not_objects() {
         let err = parse("apiVersion: v1\nmetadata: {name: x}\n").expect_err("no kind");
-        assert_eq!(err.kind, ManifestErrorKind::Invalid("missing field `kind`".into()));
+        assert_eq!(
+            err.kind,
+            ManifestErrorKind::Invalid("missing field `kind`".into())
+        );
         let err = parse("just a string\n").expect_err("scalar");
         assert!(
             err.to_string()
@@ -458,7 +476,7 @@ status:
             err.kind,
             ManifestErrorKind::UnsupportedApiVersion {
                 api_version: "serving.knative.dev/v1alpha1".into(),
-                kind: "Service".into()
+                kind: "Service"
             }
         );
         assert_eq!(err.location.map(|l| l.line), Some(3));
@@ -475,7 +493,10 @@ status:
             json["spec"]["template"]["spec"]["containers"][0]["command"],
             serde_json::json!(["/hello"])
         );
-        assert_eq!(json["spec"]["template"]["spec"]["volumes"][0]["name"], "data");
+        assert_eq!(
+            json["spec"]["template"]["spec"]["volumes"][0]["name"],
+            "data"
+        );
         assert!(json.get("status").is_none());
     }
 }

@@ -73,7 +73,10 @@ mod tests {
         // Digests computed independently (Python's hashlib).
         let parent = "a".repeat(64);
         let name = child_name(&parent, "");
-        assert_eq!(name, format!("{}014842d480b571495a4a0363793f7367", "a".repeat(31)));
+        assert_eq!(
+            name,
+            format!("{}014842d480b571495a4a0363793f7367", "a".repeat(31))
+        );
         let parent = "hello-world-service-with-a-rather-long-name-for-testing-purposes";
         assert_eq!(
             revision_name(parent, 1),

@@ -10,7 +10,9 @@
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// The text does not follow the quantity grammar.
-    #[error("invalid quantity {0:?}: expected a number with an optional suffix like 128Mi, 1G or 500m")]
+    #[error(
+        "invalid quantity {0:?}: expected a number with an optional suffix like 128Mi, 1G or 500m"
+    )]
     Syntax(String),
     /// The quantity is negative.
     #[error("quantity {0:?} is negative")]

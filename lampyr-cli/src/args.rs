@@ -19,6 +19,28 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve Knative Services from fibers on this machine (no cluster).
+    Run {
+        /// Service manifests, or directories holding a guest crate and `service.yaml`.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Address to serve on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Domain of the service URLs: `<service>.<namespace>.<domain>`.
+        #[arg(long, default_value = "localhost")]
+        domain: String,
+        /// Rebuild and swap in new revisions when a guest or manifest changes.
+        #[arg(long)]
+        watch: bool,
+        /// How long a revision stays warm without traffic before scaling to zero
+        /// (config-autoscaler's scale-to-zero-grace-period), in seconds.
+        #[arg(long, default_value_t = 30.0)]
+        scale_to_zero_grace: f64,
+        /// Scaler tick, in seconds (config-autoscaler's tick-interval).
+        #[arg(long, default_value_t = 2.0)]
+        scale_tick: f64,
+    },
     /// Build, move and check snapshot artifacts.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),

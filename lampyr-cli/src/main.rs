@@ -14,11 +14,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let mut ui = Ui::terminal();
-    match run(cli, &mut ui) {
+    match run(cli, Ui::terminal()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            ui.error(&e);
+            Ui::terminal().error(&e);
             ExitCode::from(e.exit_code())
         }
     }

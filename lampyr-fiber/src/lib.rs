@@ -9,6 +9,7 @@ pub mod policy;
 pub mod registry;
 pub mod runtime;
 pub mod seal;
+pub mod translate;
 
 pub use artifact::{ArtifactError, ArtifactRef, BuildOptions, VerifiedArtifact};
 pub use runtime::{FiberPool, InvokeError, PoolConfig, Template};

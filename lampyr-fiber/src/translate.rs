@@ -177,7 +177,9 @@ struct Checker {
 /// `base.key`, or `base["key"]` when the key is not a plain identifier.
 fn key_path(base: &str, key: &str) -> String {
     let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if plain {
         format!("{base}.{key}")
     } else {
@@ -202,8 +204,15 @@ fn pod_field_reason(field: &str) -> &'static str {
         "volumes" => "a fiber has no filesystem to mount volumes into",
         "initContainers" => "a fiber resumes one guest from its snapshot; there is no init step",
         "runtimeClassName" => "fibers always run as Hyperlight micro-VMs",
-        "nodeSelector" | "affinity" | "tolerations" | "topologySpreadConstraints" | "nodeName"
-        | "schedulerName" | "priorityClassName" | "priority" | "preemptionPolicy"
+        "nodeSelector"
+        | "affinity"
+        | "tolerations"
+        | "topologySpreadConstraints"
+        | "nodeName"
+        | "schedulerName"
+        | "priorityClassName"
+        | "priority"
+        | "preemptionPolicy"
         | "schedulingGates" => {
             "fibers are not scheduled as Kubernetes pods, so placement settings have no effect"
         }
@@ -243,8 +252,12 @@ fn container_field_reason(field: &str) -> &'static str {
 
 fn security_field_reason(field: &str) -> &'static str {
     match field {
-        "runAsUser" | "runAsGroup" | "supplementalGroups" | "supplementalGroupsPolicy"
-        | "fsGroup" | "fsGroupChangePolicy" => "a fiber has no user or group ids",
+        "runAsUser"
+        | "runAsGroup"
+        | "supplementalGroups"
+        | "supplementalGroupsPolicy"
+        | "fsGroup"
+        | "fsGroupChangePolicy" => "a fiber has no user or group ids",
         "seLinuxOptions" | "seLinuxChangePolicy" | "appArmorProfile" | "windowsOptions" => {
             "host security modules do not apply inside a fiber"
         }
@@ -286,7 +299,9 @@ impl Checker {
             Some(cc) => {
                 self.invalid(
                     format!("{prefix}spec.containerConcurrency"),
-                    format!("{cc} is out of bounds: must be between 0 and {MAX_CONTAINER_CONCURRENCY}"),
+                    format!(
+                        "{cc} is out of bounds: must be between 0 and {MAX_CONTAINER_CONCURRENCY}"
+                    ),
                 );
                 0
             }
@@ -371,7 +386,10 @@ impl Checker {
             Some((path, c)) => {
                 a.cx.unsupported(
                     path.clone(),
-                    format!("autoscaler class {c:?} cannot scale fibers; only {} can", keys::CLASS_KPA),
+                    format!(
+                        "autoscaler class {c:?} cannot scale fibers; only {} can",
+                        keys::CLASS_KPA
+                    ),
                 );
                 false
             }
@@ -382,7 +400,10 @@ impl Checker {
             Some((_, "rps")) => ScaleMetric::Rps,
             Some((path, m)) => {
                 if kpa {
-                    a.cx.invalid(path, format!("{m:?} is not a metric: use concurrency or rps"));
+                    a.cx.invalid(
+                        path,
+                        format!("{m:?} is not a metric: use concurrency or rps"),
+                    );
                 }
                 ScaleMetric::Concurrency
             }
@@ -395,7 +416,10 @@ impl Checker {
             && max < min
             && let Some((path, _)) = a.get(keys::MAX_SCALE)
         {
-            a.cx.invalid(path, format!("max-scale={max} is less than min-scale={min}"));
+            a.cx.invalid(
+                path,
+                format!("max-scale={max} is less than min-scale={min}"),
+            );
         }
 
         let initial_scale = match a.get(keys::INITIAL_SCALE) {
@@ -435,7 +459,10 @@ impl Checker {
                     1
                 }
                 Ok(n) if max != 0 && i64::from(max) < i64::from(n) => {
-                    a.cx.invalid(path, format!("max-scale={max} is less than activation-scale={n}"));
+                    a.cx.invalid(
+                        path,
+                        format!("max-scale={max} is less than activation-scale={n}"),
+                    );
                     1
                 }
                 Ok(n) if n < 2 => {
@@ -450,7 +477,9 @@ impl Checker {
         };
 
         let target_annotation = a.float(keys::TARGET, |v| {
-            (v >= TARGET_MIN).then_some(()).ok_or(format!("target {v} should be at least {TARGET_MIN}"))
+            (v >= TARGET_MIN)
+                .then_some(())
+                .ok_or(format!("target {v} should be at least {TARGET_MIN}"))
         });
         let target_utilization_percent = a
             .float(keys::TARGET_UTILIZATION_PERCENTAGE, |v| {
@@ -467,7 +496,9 @@ impl Checker {
             .float(keys::PANIC_WINDOW_PERCENTAGE, |v| in_range(v, 1.0, 100.0))
             .unwrap_or(DEFAULT_PANIC_WINDOW_PERCENT);
         let panic_threshold_percent = a
-            .float(keys::PANIC_THRESHOLD_PERCENTAGE, |v| in_range(v, 110.0, 1000.0))
+            .float(keys::PANIC_THRESHOLD_PERCENTAGE, |v| {
+                in_range(v, 110.0, 1000.0)
+            })
             .unwrap_or(DEFAULT_PANIC_THRESHOLD_PERCENT);
 
         let stable_window = a
@@ -477,7 +508,11 @@ impl Checker {
             .duration(keys::SCALE_DOWN_DELAY, Duration::ZERO, true)
             .unwrap_or(Duration::ZERO);
         let scale_to_zero_retention = a
-            .duration(keys::SCALE_TO_ZERO_POD_RETENTION_PERIOD, Duration::ZERO, false)
+            .duration(
+                keys::SCALE_TO_ZERO_POD_RETENTION_PERIOD,
+                Duration::ZERO,
+                false,
+            )
             .unwrap_or(Duration::ZERO);
 
         // Upstream's ResolveMetricTarget, before target utilization applies.
@@ -679,7 +714,9 @@ impl Checker {
                     }
                     other => self.unsupported(
                         path,
-                        format!("a fiber has one vCPU and memory only; {other} cannot be given to it"),
+                        format!(
+                            "a fiber has one vCPU and memory only; {other} cannot be given to it"
+                        ),
                     ),
                 }
             }
@@ -706,11 +743,17 @@ impl Checker {
             match field.as_str() {
                 "exec" => {
                     handlers += 1;
-                    self.unsupported(path, "exec probes run a command, and a fiber runs no processes")
+                    self.unsupported(
+                        path,
+                        "exec probes run a command, and a fiber runs no processes",
+                    )
                 }
                 "grpc" => {
                     handlers += 1;
-                    self.unsupported(path, "gRPC probes are not supported; use httpGet or tcpSocket")
+                    self.unsupported(
+                        path,
+                        "gRPC probes are not supported; use httpGet or tcpSocket",
+                    )
                 }
                 _ => self.unsupported(path, "not a probe field fibers support"),
             }
@@ -721,10 +764,18 @@ impl Checker {
             self.invalid(base, "needs an httpGet or tcpSocket handler");
         }
         if let Some(h) = &p.http_get {
-            self.others(&format!("{base}.httpGet"), &h.other, |_| "not an httpGet field");
+            self.others(
+                &format!("{base}.httpGet"),
+                &h.other,
+                |_| "not an httpGet field",
+            );
         }
         if let Some(t) = &p.tcp_socket {
-            self.others(&format!("{base}.tcpSocket"), &t.other, |_| "not a tcpSocket field");
+            self.others(
+                &format!("{base}.tcpSocket"),
+                &t.other,
+                |_| "not a tcpSocket field",
+            );
         }
     }
 
@@ -749,7 +800,11 @@ impl Checker {
                 ),
             );
         }
-        if profile.localhost_profile.as_deref().is_some_and(|p| !p.is_empty()) {
+        if profile
+            .localhost_profile
+            .as_deref()
+            .is_some_and(|p| !p.is_empty())
+        {
             self.unsupported(
                 format!("{path}.localhostProfile"),
                 "host seccomp profiles do not apply inside a fiber",
@@ -800,7 +855,9 @@ fn in_range(v: f64, min: f64, max: f64) -> Result<(), String> {
     if (min..=max).contains(&v) {
         Ok(())
     } else {
-        Err(format!("{v} is out of bounds: must be between {min} and {max}"))
+        Err(format!(
+            "{v} is out of bounds: must be between {min} and {max}"
+        ))
     }
 }
 
@@ -845,13 +902,17 @@ impl Annotations<'_> {
                 || keys::AUTOSCALING_ALIASES.iter().any(|(_, a)| a == key);
             if !known {
                 let path = self.path(key);
-                self.cx.unsupported(path, "not an autoscaling setting fibers support");
+                self.cx
+                    .unsupported(path, "not an autoscaling setting fibers support");
             }
         }
         for (canonical, alias) in keys::AUTOSCALING_ALIASES {
             if self.map.contains_key(*canonical) && self.map.contains_key(*alias) {
                 let path = self.path(alias);
-                self.cx.invalid(path, format!("set together with {canonical}; keep only one"));
+                self.cx.invalid(
+                    path,
+                    format!("set together with {canonical}; keep only one"),
+                );
             }
         }
     }
@@ -869,7 +930,10 @@ impl Annotations<'_> {
         match v.parse::<i32>() {
             Ok(n) if n >= 0 => Some(n as u32),
             Ok(_) => {
-                self.cx.invalid(path, format!("{v} is out of bounds: must be between 0 and {}", i32::MAX));
+                self.cx.invalid(
+                    path,
+                    format!("{v} is out of bounds: must be between 0 and {}", i32::MAX),
+                );
                 None
             }
             Err(_) => {
@@ -931,7 +995,8 @@ impl Annotations<'_> {
             return None;
         }
         if whole_seconds && d.subsec_nanos() != 0 {
-            self.cx.invalid(path, format!("{v} must be given in whole seconds"));
+            self.cx
+                .invalid(path, format!("{v} must be given in whole seconds"));
             return None;
         }
         Some(d)
@@ -939,4 +1004,892 @@ impl Annotations<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    const ANN: &str = "spec.template.metadata.annotations";
+    const C0: &str = "spec.template.spec.containers[0]";
+
+    fn template(value: Value) -> RevisionTemplateSpec {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("test template: {e}"))
+    }
+
+    /// A template with one plain container and the given annotations.
+    fn annotated(annotations: &[(&str, &str)]) -> RevisionTemplateSpec {
+        let map: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| (format!("autoscaling.knative.dev/{k}"), (*v).to_owned()))
+            .collect();
+        template(json!({
+            "metadata": {"annotations": map},
+            "spec": {"containers": [{"image": "x"}]},
+        }))
+    }
+
+    /// A template with one container holding `container` fields.
+    fn with_container(container: Value) -> RevisionTemplateSpec {
+        template(json!({"spec": {"containers": [container]}}))
+    }
+
+    fn ok(t: &RevisionTemplateSpec) -> FiberPolicy {
+        translate(t).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn err(t: &RevisionTemplateSpec) -> UnsupportedFields {
+        match translate(t) {
+            Ok(p) => panic!("expected an error, got {p:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn default_scaling() -> ScalingPolicy {
+        ScalingPolicy {
+            min_scale: 0,
+            max_scale: 0,
+            initial_scale: 1,
+            activation_scale: 1,
+            metric: ScaleMetric::Concurrency,
+            target: 100.0,
+            target_utilization_percent: 70.0,
+            stable_window: Duration::from_secs(60),
+            panic_window_percent: 10.0,
+            panic_threshold_percent: 200.0,
+            scale_down_delay: Duration::ZERO,
+            scale_to_zero_retention: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let policy = ok(&with_container(json!({"image": "x"})));
+        assert_eq!(
+            policy,
+            FiberPolicy {
+                container_concurrency: 0,
+                scaling: default_scaling(),
+                timeouts: TimeoutPolicy {
+                    request: Duration::from_secs(300),
+                    response_start: Duration::from_secs(300),
+                    idle: None,
+                },
+                memory_bytes: None,
+                env: Vec::new(),
+                http2: false,
+                port: None,
+            }
+        );
+    }
+
+    #[test]
+    fn every_annotation_and_alias() {
+        type Set = fn(&mut ScalingPolicy);
+        let table: &[(&str, &str, Set)] = &[
+            ("class", "kpa.autoscaling.knative.dev", |_| {}),
+            ("metric", "concurrency", |_| {}),
+            ("metric", "rps", |p| {
+                p.metric = ScaleMetric::Rps;
+                p.target = 200.0;
+            }),
+            ("min-scale", "2", |p| p.min_scale = 2),
+            ("minScale", "2", |p| p.min_scale = 2),
+            ("max-scale", "7", |p| p.max_scale = 7),
+            ("maxScale", "7", |p| p.max_scale = 7),
+            ("initial-scale", "3", |p| p.initial_scale = 3),
+            ("initialScale", "3", |p| p.initial_scale = 3),
+            ("activation-scale", "4", |p| p.activation_scale = 4),
+            ("activationScale", "4", |p| p.activation_scale = 4),
+            ("target", "25.5", |p| p.target = 25.5),
+            ("target-utilization-percentage", "85", |p| {
+                p.target_utilization_percent = 85.0
+            }),
+            ("targetUtilizationPercentage", "85", |p| {
+                p.target_utilization_percent = 85.0
+            }),
+            ("target-burst-capacity", "-1", |_| {}),
+            ("targetBurstCapacity", "0", |_| {}),
+            ("window", "2m", |p| {
+                p.stable_window = Duration::from_secs(120)
+            }),
+            ("window", "6s", |p| p.stable_window = Duration::from_secs(6)),
+            ("window", "1h", |p| {
+                p.stable_window = Duration::from_secs(3600)
+            }),
+            ("scale-down-delay", "1m30s", |p| {
+                p.scale_down_delay = Duration::from_secs(90)
+            }),
+            ("scaleDownDelay", "0s", |_| {}),
+            ("scale-to-zero-pod-retention-period", "1m5s", |p| {
+                p.scale_to_zero_retention = Duration::from_secs(65)
+            }),
+            ("scaleToZeroPodRetentionPeriod", "1.5s", |p| {
+                p.scale_to_zero_retention = Duration::from_millis(1500)
+            }),
+            ("panic-window-percentage", "20", |p| {
+                p.panic_window_percent = 20.0
+            }),
+            ("panicWindowPercentage", "1", |p| {
+                p.panic_window_percent = 1.0
+            }),
+            ("panic-threshold-percentage", "150", |p| {
+                p.panic_threshold_percent = 150.0
+            }),
+            ("panicThresholdPercentage", "1000", |p| {
+                p.panic_threshold_percent = 1000.0
+            }),
+        ];
+        for (key, value, set) in table {
+            let mut want = default_scaling();
+            set(&mut want);
+            let got = translate(&annotated(&[(key, value)]))
+                .unwrap_or_else(|e| panic!("{key}={value}: {e}"))
+                .scaling;
+            assert_eq!(got, want, "{key}={value}");
+        }
+        // Unrelated annotations are not ours to judge.
+        let t = template(json!({
+            "metadata": {"annotations": {"example.com/owner": "me", "serving.knative.dev/creator": "x"}},
+            "spec": {"containers": [{"image": "x"}]},
+        }));
+        assert_eq!(ok(&t).scaling, default_scaling());
+    }
+
+    #[test]
+    fn min_max_and_activation_together() {
+        let p = ok(&annotated(&[
+            ("min-scale", "2"),
+            ("max-scale", "10"),
+            ("activation-scale", "3"),
+        ]));
+        assert_eq!((p.scaling.min_scale, p.scaling.max_scale), (2, 10));
+        assert_eq!(p.scaling.activation_scale, 3);
+        // max-scale 0 means unbounded, so any min-scale fits.
+        let p = ok(&annotated(&[("min-scale", "5"), ("max-scale", "0")]));
+        assert_eq!((p.scaling.min_scale, p.scaling.max_scale), (5, 0));
+    }
+
+    #[test]
+    fn invalid_annotations_name_their_path() {
+        // (annotations, key with the problem, kind, part of the reason)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, ProblemKind, &'a str);
+        let table: &[Case] = &[
+            (
+                &[("min-scale", "-1")],
+                "min-scale",
+                ProblemKind::Invalid,
+                "out of bounds",
+            ),
+            (
+                &[("min-scale", "two")],
+                "min-scale",
+                ProblemKind::Invalid,
+                "not an integer",
+            ),
+            (
+                &[("minScale", "1.5")],
+                "minScale",
+                ProblemKind::Invalid,
+                "not an integer",
+            ),
+            (
+                &[("maxScale", "99999999999")],
+                "maxScale",
+                ProblemKind::Invalid,
+                "out of bounds",
+            ),
+            (
+                &[("min-scale", "3"), ("max-scale", "2")],
+                "max-scale",
+                ProblemKind::Invalid,
+                "max-scale=2 is less than min-scale=3",
+            ),
+            (
+                &[("initial-scale", "0")],
+                "initial-scale",
+                ProblemKind::Invalid,
+                "allow-zero-initial-scale",
+            ),
+            (
+                &[("initialScale", "-2")],
+                "initialScale",
+                ProblemKind::Invalid,
+                "greater than 0",
+            ),
+            (
+                &[("initial-scale", "x")],
+                "initial-scale",
+                ProblemKind::Invalid,
+                "not an integer",
+            ),
+            (
+                &[("activation-scale", "1")],
+                "activation-scale",
+                ProblemKind::Invalid,
+                "greater than 1",
+            ),
+            (
+                &[("activation-scale", "5"), ("max-scale", "3")],
+                "activation-scale",
+                ProblemKind::Invalid,
+                "max-scale=3 is less than activation-scale=5",
+            ),
+            (
+                &[("activation-scale", "2"), ("min-scale", "3")],
+                "activation-scale",
+                ProblemKind::Invalid,
+                "min-scale=3 is greater than activation-scale=2",
+            ),
+            (
+                &[("target", "0")],
+                "target",
+                ProblemKind::Invalid,
+                "at least 0.01",
+            ),
+            (
+                &[("target", "lots")],
+                "target",
+                ProblemKind::Invalid,
+                "not a number",
+            ),
+            (
+                &[("target", "NaN")],
+                "target",
+                ProblemKind::Invalid,
+                "not a number",
+            ),
+            (
+                &[("target", "inf")],
+                "target",
+                ProblemKind::Invalid,
+                "not a number",
+            ),
+            (
+                &[("target-utilization-percentage", "101")],
+                "target-utilization-percentage",
+                ProblemKind::Invalid,
+                "between 1 and 100",
+            ),
+            (
+                &[("targetUtilizationPercentage", "0.5")],
+                "targetUtilizationPercentage",
+                ProblemKind::Invalid,
+                "between 1 and 100",
+            ),
+            (
+                &[("target-burst-capacity", "-2")],
+                "target-burst-capacity",
+                ProblemKind::Invalid,
+                "-1",
+            ),
+            (
+                &[("metric", "cpu")],
+                "metric",
+                ProblemKind::Invalid,
+                "use concurrency or rps",
+            ),
+            (
+                &[("window", "5s")],
+                "window",
+                ProblemKind::Invalid,
+                "between 6s and 3600s",
+            ),
+            (
+                &[("window", "61m")],
+                "window",
+                ProblemKind::Invalid,
+                "between 6s and 3600s",
+            ),
+            (
+                &[("window", "-10s")],
+                "window",
+                ProblemKind::Invalid,
+                "between 6s and 3600s",
+            ),
+            (
+                &[("window", "6.5s")],
+                "window",
+                ProblemKind::Invalid,
+                "whole seconds",
+            ),
+            (
+                &[("window", "60")],
+                "window",
+                ProblemKind::Invalid,
+                "missing unit",
+            ),
+            (
+                &[("window", "1d")],
+                "window",
+                ProblemKind::Invalid,
+                "unknown unit",
+            ),
+            (
+                &[("scale-down-delay", "2h")],
+                "scale-down-delay",
+                ProblemKind::Invalid,
+                "between 0s and 3600s",
+            ),
+            (
+                &[("scaleDownDelay", "-1s")],
+                "scaleDownDelay",
+                ProblemKind::Invalid,
+                "between 0s and 3600s",
+            ),
+            (
+                &[("scale-down-delay", "1500ms")],
+                "scale-down-delay",
+                ProblemKind::Invalid,
+                "whole seconds",
+            ),
+            (
+                &[("scale-to-zero-pod-retention-period", "1h1s")],
+                "scale-to-zero-pod-retention-period",
+                ProblemKind::Invalid,
+                "between 0s and 3600s",
+            ),
+            (
+                &[("scaleToZeroPodRetentionPeriod", "soon")],
+                "scaleToZeroPodRetentionPeriod",
+                ProblemKind::Invalid,
+                "invalid duration",
+            ),
+            (
+                &[("panic-window-percentage", "0.5")],
+                "panic-window-percentage",
+                ProblemKind::Invalid,
+                "between 1 and 100",
+            ),
+            (
+                &[("panicWindowPercentage", "101")],
+                "panicWindowPercentage",
+                ProblemKind::Invalid,
+                "between 1 and 100",
+            ),
+            (
+                &[("panic-threshold-percentage", "100")],
+                "panic-threshold-percentage",
+                ProblemKind::Invalid,
+                "between 110 and 1000",
+            ),
+            (
+                &[("panicThresholdPercentage", "1001")],
+                "panicThresholdPercentage",
+                ProblemKind::Invalid,
+                "between 110 and 1000",
+            ),
+            (
+                &[("class", "hpa.autoscaling.knative.dev")],
+                "class",
+                ProblemKind::Unsupported,
+                "CPU or memory",
+            ),
+            (
+                &[("class", "xyz.autoscaling.knative.dev")],
+                "class",
+                ProblemKind::Invalid,
+                "unknown autoscaler class",
+            ),
+            (
+                &[("class", "example.com/scaler")],
+                "class",
+                ProblemKind::Unsupported,
+                "cannot scale fibers",
+            ),
+            (
+                &[("minscale", "1")],
+                "minscale",
+                ProblemKind::Unsupported,
+                "not an autoscaling setting",
+            ),
+            (
+                &[("metric-aggregation-algorithm", "linear")],
+                "metric-aggregation-algorithm",
+                ProblemKind::Unsupported,
+                "not an autoscaling setting",
+            ),
+            (
+                &[("min-scale", "1"), ("minScale", "1")],
+                "minScale",
+                ProblemKind::Invalid,
+                "set together with autoscaling.knative.dev/min-scale",
+            ),
+        ];
+        for (annotations, key, kind, reason) in table {
+            let e = err(&annotated(annotations));
+            let path = format!("{ANN}[\"autoscaling.knative.dev/{key}\"]");
+            assert_eq!(e.paths(), [path.as_str()], "{annotations:?}: {e}");
+            assert_eq!(e.problems[0].kind, *kind, "{annotations:?}");
+            assert!(
+                e.problems[0].reason.contains(reason),
+                "{annotations:?}: {:?} should mention {reason:?}",
+                e.problems[0].reason
+            );
+        }
+    }
+
+    #[test]
+    fn hpa_class_does_not_also_complain_about_its_metric() {
+        let e = err(&annotated(&[
+            ("class", "hpa.autoscaling.knative.dev"),
+            ("metric", "cpu"),
+        ]));
+        assert_eq!(e.paths().len(), 1, "{e}");
+    }
+
+    #[test]
+    fn target_follows_container_concurrency_like_upstream() {
+        let cc = |cc: i64, annotations: &[(&str, &str)]| {
+            let mut t = annotated(annotations);
+            t.spec.container_concurrency = Some(cc);
+            ok(&t)
+        };
+        assert_eq!(cc(0, &[]).scaling.target, 100.0);
+        assert_eq!(cc(10, &[]).scaling.target, 10.0);
+        assert_eq!(cc(10, &[("target", "50")]).scaling.target, 10.0);
+        assert_eq!(cc(10, &[("target", "5")]).scaling.target, 5.0);
+        assert_eq!(cc(0, &[("target", "50")]).scaling.target, 50.0);
+        // rps ignores containerConcurrency.
+        assert_eq!(cc(10, &[("metric", "rps")]).scaling.target, 200.0);
+        assert_eq!(cc(1, &[]).container_concurrency, 1);
+    }
+
+    #[test]
+    fn spec_timeouts_and_concurrency() {
+        let spec = |fields: Value| {
+            let mut v = json!({"containers": [{"image": "x"}]});
+            if let (Some(obj), Some(extra)) = (v.as_object_mut(), fields.as_object()) {
+                obj.extend(extra.clone());
+            }
+            template(json!({ "spec": v }))
+        };
+        let p = ok(&spec(json!({
+            "timeoutSeconds": 100,
+            "responseStartTimeoutSeconds": 50,
+            "idleTimeoutSeconds": 30,
+            "containerConcurrency": 1000,
+        })));
+        assert_eq!(
+            p.timeouts,
+            TimeoutPolicy {
+                request: Duration::from_secs(100),
+                response_start: Duration::from_secs(50),
+                idle: Some(Duration::from_secs(30)),
+            }
+        );
+        assert_eq!(p.request_deadline(), Duration::from_secs(50));
+        assert_eq!(p.container_concurrency, 1000);
+        // responseStart defaults to the request timeout; 0 means "not set".
+        let p = ok(&spec(
+            json!({"timeoutSeconds": 600, "idleTimeoutSeconds": 0}),
+        ));
+        assert_eq!(p.timeouts.response_start, Duration::from_secs(600));
+        assert_eq!(p.timeouts.idle, None);
+
+        let e = err(&spec(json!({
+            "timeoutSeconds": 601,
+            "containerConcurrency": 1001,
+            "idleTimeoutSeconds": -1,
+        })));
+        assert_eq!(
+            e.paths(),
+            [
+                "spec.template.spec.containerConcurrency",
+                "spec.template.spec.timeoutSeconds",
+                "spec.template.spec.idleTimeoutSeconds",
+            ]
+        );
+        let e = err(&spec(
+            json!({"timeoutSeconds": 100, "responseStartTimeoutSeconds": 101}),
+        ));
+        assert_eq!(
+            e.paths(),
+            ["spec.template.spec.responseStartTimeoutSeconds"]
+        );
+        assert!(e.problems[0].reason.contains("timeoutSeconds (100)"), "{e}");
+        // Without timeoutSeconds the default (300) bounds it.
+        let e = err(&spec(json!({"responseStartTimeoutSeconds": 301})));
+        assert_eq!(
+            e.paths(),
+            ["spec.template.spec.responseStartTimeoutSeconds"]
+        );
+    }
+
+    #[test]
+    fn memory_quantities() {
+        let table: &[(Value, Option<u64>)] = &[
+            (json!({"limits": {"memory": "128Mi"}}), Some(128 << 20)),
+            (json!({"requests": {"memory": "1G"}}), Some(1_000_000_000)),
+            (
+                json!({"limits": {"memory": "256M"}, "requests": {"memory": "128Mi"}}),
+                Some(256_000_000),
+            ),
+            (
+                json!({"limits": {"memory": "1Gi"}, "requests": {"memory": "1Gi"}}),
+                Some(1 << 30),
+            ),
+            (json!({"limits": {"memory": "1048576"}}), Some(1_048_576)),
+            (json!({"limits": {"memory": 1048576}}), Some(1_048_576)),
+            (json!({"limits": {"memory": "1.5Gi"}}), Some(3 << 29)),
+            (json!({"limits": {"memory": "64e6"}}), Some(64_000_000)),
+            (
+                json!({"limits": {"cpu": "1"}, "requests": {"cpu": "250m"}}),
+                None,
+            ),
+            (json!({}), None),
+        ];
+        for (resources, want) in table {
+            let p = ok(&with_container(
+                json!({"image": "x", "resources": resources}),
+            ));
+            assert_eq!(p.memory_bytes, *want, "{resources}");
+        }
+        let res = format!("{C0}.resources");
+        let bad: &[(Value, String, &str)] = &[
+            (
+                json!({"limits": {"memory": "12XB"}}),
+                format!("{res}.limits.memory"),
+                "invalid quantity",
+            ),
+            (
+                json!({"requests": {"memory": "-1Mi"}}),
+                format!("{res}.requests.memory"),
+                "negative",
+            ),
+            (
+                json!({"limits": {"memory": "0"}}),
+                format!("{res}.limits.memory"),
+                "greater than 0",
+            ),
+            (
+                json!({"limits": {"cpu": "one"}}),
+                format!("{res}.limits.cpu"),
+                "invalid quantity",
+            ),
+            (
+                json!({"limits": {"memory": "128Mi"}, "requests": {"memory": "256Mi"}}),
+                format!("{res}.requests.memory"),
+                "more than the limit",
+            ),
+        ];
+        for (resources, path, reason) in bad {
+            let e = err(&with_container(
+                json!({"image": "x", "resources": resources}),
+            ));
+            assert_eq!(e.paths(), [path.as_str()], "{resources}");
+            assert!(e.problems[0].reason.contains(reason), "{e}");
+        }
+    }
+
+    #[test]
+    fn ports() {
+        let port = |ports: Value| with_container(json!({"image": "x", "ports": ports}));
+        let p = ok(&port(json!([{"name": "h2c", "containerPort": 8080}])));
+        assert_eq!((p.http2, p.port), (true, Some(8080)));
+        let p = ok(&port(
+            json!([{"name": "http1", "containerPort": 9000, "protocol": "TCP"}]),
+        ));
+        assert_eq!((p.http2, p.port), (false, Some(9000)));
+        let p = ok(&port(json!([{"containerPort": 8080}])));
+        assert_eq!((p.http2, p.port), (false, Some(8080)));
+        let p = ok(&port(json!([{"name": "h2c"}])));
+        assert_eq!((p.http2, p.port), (true, None));
+        let p = ok(&port(json!([])));
+        assert_eq!((p.http2, p.port), (false, None));
+
+        let e = err(&port(json!([
+            {"name": "grpc", "containerPort": 70000, "hostPort": 80, "hostIP": "1.2.3.4", "protocol": "UDP"},
+            {"containerPort": 9090},
+        ])));
+        let p0 = format!("{C0}.ports[0]");
+        assert_eq!(
+            e.paths(),
+            [
+                format!("{C0}.ports[1]"),
+                format!("{p0}.name"),
+                format!("{p0}.containerPort"),
+                format!("{p0}.hostPort"),
+                format!("{p0}.hostIP"),
+                format!("{p0}.protocol"),
+            ]
+        );
+    }
+
+    #[test]
+    fn env_literals_and_value_from() {
+        let p = ok(&with_container(json!({"image": "x", "env": [
+            {"name": "B", "value": "2"},
+            {"name": "A", "value": "1"},
+            {"name": "EMPTY"},
+        ]})));
+        assert_eq!(
+            p.env,
+            [
+                ("B".to_owned(), "2".to_owned()),
+                ("A".to_owned(), "1".to_owned()),
+                ("EMPTY".to_owned(), String::new()),
+            ]
+        );
+        let e = err(&with_container(json!({"image": "x", "env": [
+            {"name": "A", "value": "1"},
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            {"name": "", "value": "x"},
+        ]})));
+        assert_eq!(
+            e.paths(),
+            [
+                format!("{C0}.env[1].valueFrom"),
+                format!("{C0}.env[2].name")
+            ]
+        );
+        assert_eq!(e.problems[0].kind, ProblemKind::Unsupported);
+        assert!(e.problems[0].reason.contains("only literal values"), "{e}");
+    }
+
+    #[test]
+    fn every_unsupported_field_is_listed_in_one_error() {
+        let t = template(json!({
+            "metadata": {"annotations": {"autoscaling.knative.dev/class": "hpa.autoscaling.knative.dev"}},
+            "spec": {
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "initContainers": [{"name": "init", "image": "busybox"}],
+                "nodeSelector": {"disk": "ssd"},
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "hostNetwork": true,
+                "runtimeClassName": "gvisor",
+                "enableServiceLinks": true,
+                "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
+                "containers": [
+                    {
+                        "image": "x",
+                        "command": ["/app"],
+                        "args": ["--serve"],
+                        "workingDir": "/srv",
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                        "envFrom": [{"configMapRef": {"name": "cfg"}}],
+                        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "1"]}}},
+                        "tty": true,
+                        "env": [{"name": "K", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "ports": [{"containerPort": 8080}, {"containerPort": 8081}],
+                        "resources": {"limits": {"nvidia.com/gpu": "1", "ephemeral-storage": "1Gi"}},
+                        "readinessProbe": {"exec": {"command": ["true"]}},
+                        "livenessProbe": {"exec": {"command": ["true"]}},
+                        "startupProbe": {"grpc": {"port": 9000}},
+                        "securityContext": {
+                            "privileged": true,
+                            "runAsUser": 0,
+                            "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
+                            "seccompProfile": {"type": "Unconfined"},
+                            "readOnlyRootFilesystem": false,
+                            "allowPrivilegeEscalation": true,
+                            "runAsNonRoot": false,
+                        },
+                    },
+                    {"name": "sidecar", "image": "envoy"},
+                ],
+            },
+        }));
+        let e = err(&t);
+        let spec = "spec.template.spec";
+        let mut want: Vec<String> = [
+            format!("{ANN}[\"autoscaling.knative.dev/class\"]"),
+            format!("{spec}.volumes"),
+            format!("{spec}.initContainers"),
+            format!("{spec}.nodeSelector"),
+            format!("{spec}.tolerations"),
+            format!("{spec}.hostNetwork"),
+            format!("{spec}.runtimeClassName"),
+            format!("{spec}.enableServiceLinks"),
+            format!("{spec}.securityContext.runAsUser"),
+            format!("{spec}.securityContext.fsGroup"),
+            format!("{spec}.containers[1]"),
+            format!("{C0}.command"),
+            format!("{C0}.args"),
+            format!("{C0}.workingDir"),
+            format!("{C0}.volumeMounts"),
+            format!("{C0}.envFrom"),
+            format!("{C0}.lifecycle"),
+            format!("{C0}.tty"),
+            format!("{C0}.env[0].valueFrom"),
+            format!("{C0}.ports[1]"),
+            format!("{C0}.resources.limits[\"nvidia.com/gpu\"]"),
+            format!("{C0}.resources.limits.ephemeral-storage"),
+            format!("{C0}.readinessProbe.exec"),
+            format!("{C0}.livenessProbe.exec"),
+            format!("{C0}.startupProbe.grpc"),
+            format!("{C0}.securityContext.privileged"),
+            format!("{C0}.securityContext.runAsUser"),
+            format!("{C0}.securityContext.capabilities.add"),
+            format!("{C0}.securityContext.seccompProfile.type"),
+            format!("{C0}.securityContext.readOnlyRootFilesystem"),
+            format!("{C0}.securityContext.allowPrivilegeEscalation"),
+            format!("{C0}.securityContext.runAsNonRoot"),
+        ]
+        .into();
+        let mut got: Vec<String> = e.paths().into_iter().map(str::to_owned).collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{e}");
+        assert!(
+            e.problems
+                .iter()
+                .all(|p| p.kind == ProblemKind::Unsupported),
+            "{e}"
+        );
+
+        let shown = e.to_string();
+        let mut lines = shown.lines();
+        assert_eq!(
+            lines.next(),
+            Some(
+                format!(
+                    "the Revision template cannot run as fibers ({} problems):",
+                    want.len()
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(lines.count(), want.len());
+        assert!(
+            shown.contains(&format!(
+                "\n  - {spec}.volumes: unsupported: a fiber has no filesystem to mount volumes into"
+            )),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn containers_must_be_exactly_one() {
+        let e = err(&template(json!({"spec": {}})));
+        assert_eq!(e.paths(), ["spec.template.spec.containers"]);
+        assert_eq!(e.problems[0].kind, ProblemKind::Invalid);
+    }
+
+    #[test]
+    fn supported_subset_is_accepted() {
+        // What the upstream webhook and a restricted security profile add,
+        // plus the fields Lampyr accepts and ignores.
+        let t = template(json!({
+            "metadata": {"name": "hello-00001", "labels": {"app": "hello"}},
+            "spec": {
+                "serviceAccountName": "hello",
+                "imagePullSecrets": [{"name": "regcred"}],
+                "enableServiceLinks": false,
+                "automountServiceAccountToken": false,
+                "timeoutSeconds": 300,
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "volumes": [],
+                "containers": [{
+                    "name": "user-container",
+                    "image": "ghcr.io/example/hello@sha256:0123",
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": [],
+                    "stdin": false,
+                    "resources": {},
+                    "readinessProbe": {"tcpSocket": {"port": 0}, "successThreshold": 1},
+                    "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http1"}, "periodSeconds": 5},
+                    "startupProbe": {"httpGet": {"path": "/ready"}, "failureThreshold": 30},
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "allowPrivilegeEscalation": false,
+                        "readOnlyRootFilesystem": true,
+                        "privileged": false,
+                        "capabilities": {"drop": ["ALL"], "add": []},
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                }],
+            },
+        }));
+        let p = ok(&t);
+        assert_eq!(p.timeouts.request, Duration::from_secs(300));
+        // A readiness probe may name no handler (Knative fills in tcpSocket).
+        ok(&with_container(
+            json!({"image": "x", "readinessProbe": {"periodSeconds": 1}}),
+        ));
+    }
+
+    #[test]
+    fn probe_handlers() {
+        let probe = |field: &str, p: Value| with_container(json!({"image": "x", field: p}));
+        let e = err(&probe(
+            "readinessProbe",
+            json!({"httpGet": {"path": "/"}, "tcpSocket": {}}),
+        ));
+        assert_eq!(e.paths(), [format!("{C0}.readinessProbe")]);
+        assert!(e.problems[0].reason.contains("exactly one handler"), "{e}");
+        let e = err(&probe("livenessProbe", json!({"periodSeconds": 3})));
+        assert_eq!(e.paths(), [format!("{C0}.livenessProbe")]);
+        // An exec handler is reported once, not also as a missing handler.
+        let e = err(&probe(
+            "startupProbe",
+            json!({"exec": {"command": ["true"]}}),
+        ));
+        assert_eq!(e.paths(), [format!("{C0}.startupProbe.exec")]);
+    }
+
+    #[test]
+    fn revision_paths_start_at_the_revision() {
+        let revision: Revision = serde_json::from_value(json!({
+            "metadata": {"name": "hello-00001", "annotations": {"autoscaling.knative.dev/window": "1s"}},
+            "spec": {"containers": [{"image": "x", "command": ["/x"]}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let e = match translate_revision(&revision) {
+            Ok(p) => panic!("expected an error, got {p:?}"),
+            Err(e) => e,
+        };
+        assert_eq!(
+            e.paths(),
+            [
+                "metadata.annotations[\"autoscaling.knative.dev/window\"]",
+                "spec.containers[0].command",
+            ]
+        );
+    }
+
+    #[test]
+    fn from_yaml_manifest() {
+        let text = r#"
+apiVersion: serving.knative.dev/v1
+kind: Service
+metadata:
+  name: hello
+spec:
+  template:
+    metadata:
+      annotations:
+        autoscaling.knative.dev/minScale: "1"
+        autoscaling.knative.dev/max-scale: "20"
+        autoscaling.knative.dev/window: 90s
+        lampyr.dev/snapshot-artifact: registry.example/hello@sha256:00
+    spec:
+      containerConcurrency: 1
+      timeoutSeconds: 30
+      containers:
+        - image: ghcr.io/example/hello
+          env:
+            - name: TARGET
+              value: fibers
+          ports:
+            - name: h2c
+              containerPort: 8080
+          resources:
+            limits:
+              memory: 64Mi
+              cpu: "1"
+"#;
+        let manifests =
+            lampyr_api::parse_manifests(text, "hello.yaml").unwrap_or_else(|e| panic!("{e}"));
+        let lampyr_api::ManifestObject::Service(svc) = &manifests[0].object else {
+            panic!("expected a Service");
+        };
+        let p = ok(&svc.spec.template);
+        assert_eq!(p.container_concurrency, 1);
+        assert_eq!((p.scaling.min_scale, p.scaling.max_scale), (1, 20));
+        assert_eq!(p.scaling.stable_window, Duration::from_secs(90));
+        assert_eq!(p.scaling.target, 1.0);
+        assert_eq!(p.timeouts.request, Duration::from_secs(30));
+        assert_eq!(p.memory_bytes, Some(64 << 20));
+        assert_eq!(p.env, [("TARGET".to_owned(), "fibers".to_owned())]);
+        assert_eq!((p.http2, p.port), (true, Some(8080)));
+    }
+}

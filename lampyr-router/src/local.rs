@@ -67,7 +67,7 @@ impl LocalBackend {
 }
 
 async fn scale_loop(backend: Weak<LocalBackend>, tick: std::time::Duration) {
-    let mut interval = tokio::time::interval(tick);
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;

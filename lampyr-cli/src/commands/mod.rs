@@ -1,5 +1,6 @@
 //! Command implementations and the CLI's error type.
 
+pub mod run;
 pub mod snapshot;
 
 use crate::args::{Cli, Command};
@@ -20,6 +21,9 @@ pub enum CliError {
     /// The local artifact cache is unusable.
     #[error(transparent)]
     Cache(#[from] lampyr_fiber::cache::CacheError),
+    /// A manifest does not parse.
+    #[error(transparent)]
+    Manifest(#[from] lampyr_api::ManifestError),
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
@@ -39,8 +43,26 @@ impl CliError {
 }
 
 /// Runs one parsed command line.
-pub fn run(cli: Cli, ui: &mut Ui) -> Result<(), CliError> {
+pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
     match cli.command {
-        Command::Snapshot(cmd) => snapshot::run(cmd, ui),
+        Command::Snapshot(cmd) => {
+            let mut ui = ui;
+            snapshot::run(cmd, &mut ui)
+        }
+        Command::Run { paths, listen, domain, watch, scale_to_zero_grace, scale_tick } => {
+            let scaler = lampyr_router::ScalerConfig {
+                tick: seconds(scale_tick, "--scale-tick")?,
+                scale_to_zero_grace_period: seconds(scale_to_zero_grace, "--scale-to-zero-grace")?,
+                ..lampyr_router::ScalerConfig::default()
+            };
+            run::run(run::RunOptions { paths, listen, domain, watch, scaler }, ui)
+        }
     }
+}
+
+fn seconds(value: f64, flag: &str) -> Result<std::time::Duration, CliError> {
+    std::time::Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero() || flag == "--scale-to-zero-grace")
+        .ok_or_else(|| CliError::Usage(format!("{flag} must be a positive number of seconds, not {value}")))
 }
