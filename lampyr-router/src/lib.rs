@@ -3,6 +3,7 @@
 //! a Revision wakes (the activator's role), and scales fibers (the KPA's role).
 
 pub mod backend;
+pub mod http_backend;
 pub mod local;
 pub mod metrics;
 pub mod scaler;
@@ -10,6 +11,7 @@ pub mod server;
 pub mod table;
 
 pub use backend::{Backend, BackendStats};
+pub use http_backend::{HttpBackend, HttpLimits};
 pub use local::LocalBackend;
 pub use scaler::{Scaler, ScalerConfig};
 pub use server::{Router, RouterConfig};

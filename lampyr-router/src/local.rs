@@ -58,10 +58,9 @@ impl LocalBackend {
             scaler.record(now, (stats.in_flight + stats.queued) as f64, self.arrivals.swap(0, Ordering::AcqRel));
             scaler.decide(now, stats.live as u32)
         };
-        if decision.desired as usize != stats.desired || (decision.desired as usize) < stats.live {
-            if let Err(e) = self.pool.set_desired(decision.desired as usize).await {
-                tracing::warn!(error = %e, "resizing the revision failed");
-            }
+        let resize = decision.desired as usize != stats.desired || (decision.desired as usize) < stats.live;
+        if resize && let Err(e) = self.pool.set_desired(decision.desired as usize).await {
+            tracing::warn!(error = %e, "resizing the revision failed");
         }
     }
 }

@@ -155,6 +155,8 @@ impl Router {
         self.serve_revision(&entry, req).await
     }
 
+    // The error is the ready answer itself; it is built once per failed lookup.
+    #[allow(clippy::result_large_err)]
     fn resolve(&self, table: &RouteTable, req: &hyper::Request<Incoming>) -> Result<Arc<RevisionEntry>, Resp> {
         let headers = req.headers();
         if let (Some(ns), Some(rev)) = (header_str(headers, NAMESPACE_HEADER), header_str(headers, REVISION_HEADER)) {

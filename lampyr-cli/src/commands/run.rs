@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use lampyr_abi::Env;
 use lampyr_api::keys::SNAPSHOT_ARTIFACT;
-use lampyr_api::{ManifestObject, Service, child_name, parse_manifests};
+use lampyr_api::{ManifestObject, Service, parse_manifests, revision_name};
 use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::policy::FiberPolicy;
@@ -141,7 +141,7 @@ async fn load_all(
             })?;
             let existing = served.iter().position(|s| s.route.namespace == ns && s.route.name == name);
             let generation = existing.map_or(0, |i| served[i].digests.len()) + 1;
-            let revision = service.spec.template.metadata.name.clone().unwrap_or_else(|| child_name(&name, &format!("-{generation:05}")));
+            let revision = service.spec.template.metadata.name.clone().unwrap_or_else(|| revision_name(&name, generation as i64));
             let (entry, digest) = load_revision(source, &service, &ns, &revision, metrics, scaler, ui).await?;
             table.insert_revision(entry);
             let prior: Vec<(String, String)> = existing.map(|i| served.remove(i).digests).unwrap_or_default();

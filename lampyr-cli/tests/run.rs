@@ -1,0 +1,164 @@
+//! `ly run` end to end: the real binary serving real fibers on a real socket.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lampyr_testenv::{repo_root, require_kvm};
+
+/// A running `ly run`, killed on drop.
+struct LyRun {
+    child: Child,
+    base: String,
+}
+
+impl Drop for LyRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ly() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ly"));
+    cmd.env("LAMPYR_CACHE_DIR", std::env::temp_dir().join("lampyr-cli-tests-cache"));
+    cmd
+}
+
+/// Starts `ly run ARGS --listen 127.0.0.1:0` and waits for its ready line.
+fn start(args: &[&str]) -> LyRun {
+    require_kvm();
+    let child = ly()
+        .arg("run")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("ly starts");
+    let mut run = LyRun { child, base: String::new() };
+    let stdout = run.child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("ly run printed a ready line");
+        if let Some(rest) = line.strip_prefix("ready: ") {
+            run.base = rest.split_whitespace().find(|w| w.starts_with("http://")).expect("URL on the ready line").to_string();
+            return run;
+        }
+    }
+}
+
+fn client(run: &LyRun, host: &str) -> (reqwest::Client, String) {
+    let addr: std::net::SocketAddr = run.base.trim_start_matches("http://").parse().expect("address");
+    let c = reqwest::Client::builder().resolve(host, addr).timeout(Duration::from_secs(60)).build().expect("client");
+    (c, format!("http://{host}:{}", addr.port()))
+}
+
+async fn get(c: &reqwest::Client, url: &str) -> (u16, String) {
+    let r = c.get(url).send().await.expect("response");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_the_hello_example() {
+    let run = start(&[repo_root().join("examples/hello").to_str().expect("utf-8")]);
+    let (c, url) = client(&run, "hello.default.localhost");
+    assert_eq!(get(&c, &format!("{url}/")).await, (200, "Hello Lampyr!\n".to_string()));
+    let (c, url) = client(&run, "other.default.localhost");
+    assert_eq!(get(&c, &format!("{url}/")).await.0, 404);
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+fn hello_artifact(dir: &Path) -> String {
+    let out = dir.join("hello-layout");
+    let built = ly()
+        .args(["snapshot", "build", repo_root().join("examples/hello").to_str().expect("utf-8"), "--output"])
+        .arg(&out)
+        .output()
+        .expect("ly snapshot build");
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    format!("{}@{}", out.display(), String::from_utf8_lossy(&built.stdout).trim())
+}
+
+fn manifest(name: &str, revision: &str, artifact: &str, target: &str, traffic: &str) -> String {
+    format!(
+        "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  template:\n    metadata:\n      name: {revision}\n      annotations:\n        lampyr.dev/snapshot-artifact: \"{artifact}\"\n    spec:\n      containers:\n        - image: example.com/app\n          env:\n            - name: TARGET\n              value: {target}\n{traffic}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traffic_splits_between_two_loaded_revisions() {
+    require_kvm();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let artifact = hello_artifact(dir.path());
+    let v1 = write(dir.path(), "v1.yaml", &manifest("split", "split-v1", &artifact, "one", ""));
+    let traffic = "  traffic:\n    - revisionName: split-v1\n      percent: 90\n    - latestRevision: true\n      percent: 10\n";
+    let v2 = write(dir.path(), "v2.yaml", &manifest("split", "split-v2", &artifact, "two", traffic));
+    let run = start(&[v1.to_str().expect("utf-8"), v2.to_str().expect("utf-8")]);
+    let (c, url) = client(&run, "split.default.localhost");
+    let mut two = 0;
+    for _ in 0..300 {
+        let (status, body) = get(&c, &format!("{url}/")).await;
+        assert_eq!(status, 200);
+        two += usize::from(body == "Hello two!\n");
+    }
+    // p = 0.1 over 300 draws: mean 30, sd 5.2; 9..=55 is beyond 4 sd.
+    assert!((9..=55).contains(&two), "10% share measured {two}/300");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_swaps_in_a_changed_manifest_without_dropping_requests() {
+    require_kvm();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let artifact = hello_artifact(dir.path());
+    let path = write(dir.path(), "svc.yaml", &manifest("watched", "watched-00001", &artifact, "before", ""));
+    let run = start(&[path.to_str().expect("utf-8"), "--watch"]);
+    let (c, url) = client(&run, "watched.default.localhost");
+    assert_eq!(get(&c, &format!("{url}/")).await.1, "Hello before!\n");
+    std::thread::sleep(Duration::from_millis(1100)); // a newer mtime than the first load
+    write(dir.path(), "svc.yaml", &manifest("watched", "watched-00001", &artifact, "after", ""));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = get(&c, &format!("{url}/")).await;
+        assert_eq!(status, 200, "no request fails during the swap: {body}");
+        if body == "Hello after!\n" {
+            break;
+        }
+        assert_eq!(body, "Hello before!\n");
+        assert!(Instant::now() < deadline, "the change was never swapped in");
+    }
+}
+
+fn run_fails(manifest_text: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(dir.path(), "service.yaml", manifest_text);
+    let out = ly().args(["run", path.to_str().expect("utf-8"), "--listen", "127.0.0.1:0"]).output().expect("ly runs");
+    assert!(!out.status.success(), "ly run must refuse this manifest");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn malformed_yaml_names_the_line() {
+    let err = run_fails("apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: bad: worse\nspec: {}\n");
+    assert!(err.contains("service.yaml:4:"), "names the file and line: {err}");
+}
+
+#[test]
+fn an_unsupported_podspec_names_every_field() {
+    let text = "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: bad\nspec:\n  template:\n    spec:\n      volumes:\n        - name: data\n      containers:\n        - image: example.com/app\n          command: [\"/bin/sh\"]\n";
+    let err = run_fails(text);
+    assert!(err.contains("spec.template.spec.volumes"), "{err}");
+    assert!(err.contains("spec.template.spec.containers[0].command"), "{err}");
+}

@@ -1,0 +1,301 @@
+//! A Revision served by an upstream HTTP/1.1 server (a plain container, or a
+//! fiberd instance in a cluster), reached through a pooled keep-alive client.
+//!
+//! Failures map onto [`InvokeError`] so the router answers them like fiber
+//! failures, with one distinction callers can route on:
+//! [`InvokeError::Unavailable`] (503, [`InvokeError::retryable`]) means no
+//! connection could be made, so no byte of the request reached the upstream;
+//! every failure after that is a non-retryable [`InvokeError::FiberFailed`] (502).
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH, HeaderName, HeaderValue};
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, Method, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use lampyr_abi::{DecodeError, Header, Request, Response};
+use lampyr_fiber::InvokeError;
+use tokio::time::Instant;
+
+use crate::backend::{Backend, BackendStats, BoxFuture};
+
+/// Limits and pool settings of an [`HttpBackend`].
+#[derive(Clone, Debug)]
+pub struct HttpLimits {
+    /// Largest upstream response body read, in bytes; a larger one is a 502.
+    pub max_response_body: u64,
+    /// Longest wait for a TCP connection to the upstream.
+    pub connect_timeout: Duration,
+    /// How long an idle pooled connection is kept open.
+    pub pool_idle_timeout: Duration,
+    /// Most idle pooled connections kept open.
+    pub pool_max_idle: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            max_response_body: 8 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(1),
+            pool_idle_timeout: Duration::from_secs(30),
+            pool_max_idle: 256,
+        }
+    }
+}
+
+/// Forwards a Revision's requests to one upstream HTTP/1.1 server.
+pub struct HttpBackend {
+    upstream: SocketAddr,
+    authority: Authority,
+    client: Client<HttpConnector, Full<Bytes>>,
+    max_request_body: u64,
+    max_response_body: u64,
+    in_flight: AtomicUsize,
+}
+
+impl HttpBackend {
+    /// A backend for `upstream` accepting request bodies up to `max_request_body` bytes.
+    /// Connections are made on first use and kept alive for reuse.
+    pub fn new(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(limits.connect_timeout));
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(limits.pool_idle_timeout)
+            .pool_max_idle_per_host(limits.pool_max_idle)
+            .build(connector);
+        let authority = Authority::try_from(upstream.to_string()).expect("a socket address is a valid authority");
+        HttpBackend {
+            upstream,
+            authority,
+            client,
+            max_request_body,
+            max_response_body: limits.max_response_body,
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// The upstream address.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// Builds the upstream request: same method, path and query, headers minus hop-by-hop ones.
+    fn upstream_request(&self, req: Request) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
+        let method = Method::from_bytes(req.method.as_bytes())
+            .map_err(|_| unforwardable(format!("invalid method {:?}", req.method)))?;
+        if !req.uri.starts_with('/') {
+            return Err(unforwardable(format!("request target {:?} is not a path", req.uri)));
+        }
+        let uri = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(self.authority.clone())
+            .path_and_query(req.uri.as_str())
+            .build()
+            .map_err(|e| unforwardable(format!("invalid request target {:?}: {e}", req.uri)))?;
+        let mut headers = HeaderMap::with_capacity(req.headers.len());
+        for h in req.headers {
+            let name = HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| unforwardable(format!("invalid header name {:?}", h.name)))?;
+            let value =
+                HeaderValue::from_bytes(&h.value).map_err(|_| unforwardable(format!("invalid value of header {name}")))?;
+            headers.append(name, value);
+        }
+        strip_hop_by_hop(&mut headers);
+        // The body is whole: the length is recomputed, and nothing waits for `100 Continue`.
+        headers.remove(CONTENT_LENGTH);
+        headers.remove(http::header::EXPECT);
+        let mut out = hyper::Request::new(Full::new(Bytes::from(req.body)));
+        *out.method_mut() = method;
+        *out.uri_mut() = uri;
+        *out.headers_mut() = headers;
+        Ok(out)
+    }
+
+    /// Sends `req` and reads the whole, bounded response.
+    async fn exchange(&self, req: hyper::Request<Full<Bytes>>) -> Result<Response, InvokeError> {
+        let resp = self.client.request(req).await.map_err(|e| self.send_error(&e))?;
+        let (parts, body) = resp.into_parts();
+        let max = self.max_response_body;
+        let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(len) = declared.filter(|len| *len > max) {
+            return Err(response_too_large(len, max));
+        }
+        let limit = usize::try_from(max).unwrap_or(usize::MAX);
+        let body = match Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            // Streamed without a length: all that is known is that it passed the limit.
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return Err(response_too_large(max.saturating_add(1), max));
+            }
+            Err(e) => {
+                return Err(InvokeError::FiberFailed(format!(
+                    "reading the response body from upstream {} failed: {}",
+                    self.upstream,
+                    causes(e.as_ref())
+                )));
+            }
+        };
+        let mut headers = parts.headers;
+        strip_hop_by_hop(&mut headers);
+        let headers = headers
+            .iter()
+            .map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() })
+            .collect();
+        Ok(Response { status: parts.status.as_u16(), headers, body: body.to_vec() })
+    }
+
+    /// Classifies a failed exchange: no connection (nothing sent) is retryable, the rest is not.
+    fn send_error(&self, err: &hyper_util::client::legacy::Error) -> InvokeError {
+        if err.is_connect() {
+            InvokeError::Unavailable(format!("could not connect to upstream {}: {}", self.upstream, causes(err)))
+        } else {
+            InvokeError::FiberFailed(format!("upstream {} failed: {}", self.upstream, causes(err)))
+        }
+    }
+}
+
+impl Backend for HttpBackend {
+    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>> {
+        Box::pin(async move {
+            let _in_flight = InFlight::enter(&self.in_flight);
+            let size = req.body.len() as u64;
+            if size > self.max_request_body {
+                return Err(InvokeError::RequestTooLarge { size, max: self.max_request_body });
+            }
+            let req = self.upstream_request(req)?;
+            // Dropping the exchange at the deadline closes its connection, so a late
+            // answer never reaches a pooled connection's next request.
+            tokio::time::timeout_at(deadline, self.exchange(req)).await.unwrap_or(Err(InvokeError::Timeout))
+        })
+    }
+
+    fn max_request_body(&self) -> u64 {
+        self.max_request_body
+    }
+
+    /// Requests in flight to the upstream. `queued`, `fibers` and `desired` are
+    /// always 0: the upstream's capacity is not visible from here, and nothing
+    /// here scales it.
+    fn stats(&self) -> BackendStats {
+        BackendStats { in_flight: self.in_flight.load(Ordering::Acquire), ..BackendStats::default() }
+    }
+}
+
+/// Counts one request in flight until dropped (also when the caller abandons it).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::AcqRel);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Removes the connection-specific fields (RFC 9110 §7.6.1) and those the `Connection` field names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(*name);
+    }
+}
+
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn unforwardable(why: String) -> InvokeError {
+    InvokeError::FiberFailed(format!("the request cannot be forwarded upstream: {why}"))
+}
+
+fn response_too_large(len: u64, max: u64) -> InvokeError {
+    let clamp = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    InvokeError::BadResponse(DecodeError::TooLarge { field: "upstream response body", len: clamp(len), max: clamp(max) })
+}
+
+/// `err` and its sources, joined with `: ` (the client's own message names only the error kind).
+fn causes(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("keep-alive, X-Private"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("x-kept", HeaderValue::from_static("2"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+    }
+
+    #[test]
+    fn requests_keep_method_target_and_headers() {
+        let backend = HttpBackend::new(SocketAddr::from(([127, 0, 0, 1], 8080)), 1024, HttpLimits::default());
+        let req = Request {
+            method: "PATCH".into(),
+            uri: "/a/b?c=d".into(),
+            headers: vec![
+                Header { name: "Host".into(), value: b"hello.default.example.com".to_vec() },
+                Header { name: "X-Multi".into(), value: b"1".to_vec() },
+                Header { name: "X-Multi".into(), value: b"2".to_vec() },
+                Header { name: "Content-Length".into(), value: b"3".to_vec() },
+                Header { name: "Upgrade".into(), value: b"websocket".to_vec() },
+            ],
+            body: b"abc".to_vec(),
+        };
+        let out = backend.upstream_request(req).expect("forwardable");
+        assert_eq!(out.method(), Method::PATCH);
+        assert_eq!(out.uri(), "http://127.0.0.1:8080/a/b?c=d");
+        assert_eq!(out.headers().get("host").map(|v| v.as_bytes()), Some(b"hello.default.example.com".as_slice()));
+        assert_eq!(out.headers().get_all("x-multi").iter().count(), 2);
+        assert!(!out.headers().contains_key("content-length") && !out.headers().contains_key("upgrade"));
+
+        let bad = Request { method: "GET".into(), uri: "*".into(), ..Request::default() };
+        assert!(matches!(backend.upstream_request(bad), Err(InvokeError::FiberFailed(_))));
+    }
+}
