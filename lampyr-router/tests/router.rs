@@ -275,3 +275,35 @@ async fn a_client_that_disconnects_frees_its_fiber() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_flight_requests_never_exceed_the_fiber_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spin = artifact(test_guest_elf("spin"), &dir, "spin");
+    let metrics = RuntimeMetrics::default();
+    let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 8 }, &metrics).await;
+    let mut table = RouteTable::default();
+    table.insert_revision(e);
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "spin".into(), traffic: vec![("spin-00001".into(), 100)] });
+    let (_router, addr) = serve(table).await;
+    let c = client();
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { get(&c, addr, "spin.default.localhost", "/loop").await.0 })
+        })
+        .collect();
+    let (mut max_in_flight, mut max_queued) = (0, 0);
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < until {
+        let s = backend.pool().stats();
+        max_in_flight = max_in_flight.max(s.in_flight);
+        max_queued = max_queued.max(s.queued);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(max_in_flight, 2, "max-scale 2 → at most two requests execute at once");
+    assert_eq!(max_queued, 3, "the other three wait in the queue");
+    for call in calls {
+        assert_eq!(call.await.expect("joins"), 504);
+    }
+}

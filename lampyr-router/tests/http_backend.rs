@@ -1,0 +1,215 @@
+//! fiber-router in front of an `HttpBackend` over real sockets: round trips,
+//! header pass-through, connection reuse, and how upstream failures surface
+//! (refused → 503, reset → 502, slow → 504, oversized answer → 502).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use lampyr_abi::Request;
+use lampyr_fiber::InvokeError;
+use lampyr_fiber::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+use lampyr_router::{Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig, ServiceRoute};
+use prometheus_client::registry::Registry;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpListener;
+
+const HOST: &str = "up.default.localhost";
+
+/// Answers `/slow` after 5 s, `/big` with 64 KiB, anything else with
+/// `METHOD PATH?QUERY\n` + the body, echoing the header names it saw in `x-seen`.
+async fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            counted.fetch_add(1, Ordering::AcqRel);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(echo);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    (addr, connections)
+}
+
+async fn echo(req: hyper::Request<Incoming>) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let out = match target.as_str() {
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Bytes::from_static(b"late\n")
+        }
+        "/big" => Bytes::from(vec![b'x'; 64 * 1024]),
+        _ => Bytes::from([format!("{} {target}\n", parts.method).as_bytes(), &body].concat()),
+    };
+    let seen: Vec<&str> = parts.headers.keys().map(|k| k.as_str()).collect();
+    let mut resp = hyper::Response::new(Full::new(out));
+    resp.headers_mut().insert("x-seen", seen.join(",").parse().expect("header value"));
+    if let Some(host) = parts.headers.get("host") {
+        resp.headers_mut().insert("x-seen-host", host.clone());
+    }
+    resp.headers_mut().insert("x-upstream", "yes".parse().expect("header value"));
+    Ok(resp)
+}
+
+/// Accepts connections, reads the request's first bytes, then drops the socket.
+async fn resetting_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let mut buf = [0u8; 16];
+            let _ = stream.read(&mut buf).await;
+            drop(stream);
+        }
+    });
+    addr
+}
+
+/// An address nothing listens on.
+async fn refused_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+fn policy(timeout: Duration) -> FiberPolicy {
+    FiberPolicy {
+        container_concurrency: 0,
+        scaling: ScalingPolicy {
+            min_scale: 0,
+            max_scale: 1,
+            initial_scale: 1,
+            activation_scale: 1,
+            metric: ScaleMetric::Concurrency,
+            target: 100.0,
+            target_utilization_percent: 70.0,
+            stable_window: Duration::from_secs(6),
+            panic_window_percent: 10.0,
+            panic_threshold_percent: 200.0,
+            scale_down_delay: Duration::ZERO,
+            scale_to_zero_retention: Duration::ZERO,
+        },
+        timeouts: TimeoutPolicy { request: timeout, response_start: timeout, idle: None },
+        memory_bytes: None,
+        env: vec![],
+        http2: false,
+        port: None,
+    }
+}
+
+fn limits() -> HttpLimits {
+    HttpLimits { max_response_body: 16 * 1024, ..HttpLimits::default() }
+}
+
+/// A router serving `up.default.localhost` from `backend`.
+async fn router(backend: Arc<HttpBackend>, timeout: Duration) -> SocketAddr {
+    let mut table = RouteTable::default();
+    table.insert_revision(RevisionEntry { namespace: "default".into(), name: "up-00001".into(), policy: policy(timeout), backend });
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "up".into(), traffic: vec![("up-00001".into(), 100)] });
+    let router = Router::new(RouterConfig::default(), Registry::default());
+    router.set_table(table);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(router.serve(listener, std::future::pending()));
+    addr
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client")
+}
+
+fn get(c: &reqwest::Client, addr: SocketAddr, path: &str) -> reqwest::RequestBuilder {
+    c.get(format!("http://{addr}{path}")).header("host", HOST)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_round_trip_through_the_router_with_their_headers() {
+    let (up, connections) = upstream().await;
+    let backend = Arc::new(HttpBackend::new(up, 1024, limits()));
+    let addr = router(Arc::clone(&backend), Duration::from_secs(30)).await;
+    let c = client();
+
+    let resp = c
+        .post(format!("http://{addr}/echo/a?x=1&y=2"))
+        .header("host", HOST)
+        .header("x-custom", "abc")
+        .header("connection", "keep-alive, x-private")
+        .header("x-private", "hop")
+        .header("keep-alive", "timeout=5")
+        .body("ping")
+        .send()
+        .await
+        .expect("response");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers().get("x-upstream").map(|v| v.as_bytes()), Some(b"yes".as_slice()), "response headers pass");
+    assert_eq!(resp.headers().get("x-seen-host").map(|v| v.as_bytes()), Some(HOST.as_bytes()), "Host is preserved");
+    let seen = resp.headers().get("x-seen").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let seen: Vec<&str> = seen.split(',').collect();
+    assert!(seen.contains(&"x-custom"), "end-to-end headers pass: {seen:?}");
+    for hop in ["connection", "keep-alive", "x-private"] {
+        assert!(!seen.contains(&hop), "hop-by-hop {hop} was forwarded: {seen:?}");
+    }
+    assert_eq!(resp.text().await.expect("body"), "POST /echo/a?x=1&y=2\nping");
+
+    for i in 0..20 {
+        let resp = c.put(format!("http://{addr}/n/{i}")).header("host", HOST).body(vec![b'z'; i]).send().await.expect("response");
+        assert_eq!(resp.text().await.expect("body"), format!("PUT /n/{i}\n{}", "z".repeat(i)));
+    }
+    assert_eq!(connections.load(Ordering::Acquire), 1, "sequential requests reuse one pooled upstream connection");
+    assert_eq!(backend.stats().in_flight, 0);
+
+    let big = c.post(format!("http://{addr}/")).header("host", HOST).body(vec![0u8; 1025]).send().await.expect("response");
+    assert_eq!(big.status().as_u16(), 413, "the backend's request body limit holds");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_upstream_is_503_and_retryable_a_reset_one_is_502() {
+    let c = client();
+    let refused = Arc::new(HttpBackend::new(refused_addr().await, 1024, limits()));
+    let addr = router(Arc::clone(&refused), Duration::from_secs(30)).await;
+    let resp = get(&c, addr, "/").send().await.expect("response");
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(resp.headers().get("retry-after").map(|v| v.as_bytes()), Some(b"1".as_slice()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let err = refused.invoke(Request { method: "GET".into(), uri: "/".into(), ..Request::default() }, deadline).await;
+    assert!(matches!(&err, Err(e @ InvokeError::Unavailable(_)) if e.retryable()), "refused: {err:?}");
+
+    let reset = Arc::new(HttpBackend::new(resetting_upstream().await, 1024, limits()));
+    let addr = router(Arc::clone(&reset), Duration::from_secs(30)).await;
+    let resp = get(&c, addr, "/").send().await.expect("response");
+    assert_eq!(resp.status().as_u16(), 502);
+    let err = reset.invoke(Request { method: "POST".into(), uri: "/".into(), ..Request::default() }, deadline).await;
+    assert!(matches!(&err, Err(e @ InvokeError::FiberFailed(_)) if !e.retryable()), "reset after sending: {err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_upstream_is_504_at_the_deadline_and_an_oversized_answer_is_502() {
+    let (up, _) = upstream().await;
+    let backend = Arc::new(HttpBackend::new(up, 1024, limits()));
+    let addr = router(Arc::clone(&backend), Duration::from_millis(300)).await;
+    let c = client();
+
+    let started = std::time::Instant::now();
+    let resp = get(&c, addr, "/slow").send().await.expect("response");
+    assert_eq!(resp.status().as_u16(), 504);
+    assert!(started.elapsed() < Duration::from_secs(3), "answered at the deadline, not when the upstream did");
+    assert_eq!(backend.stats().in_flight, 0, "the timed-out request is no longer counted");
+
+    let resp = get(&c, addr, "/big").send().await.expect("response");
+    assert_eq!(resp.status().as_u16(), 502, "a 64 KiB answer is above the 16 KiB limit");
+    let resp = get(&c, addr, "/after").send().await.expect("response");
+    assert_eq!(resp.text().await.expect("body"), "GET /after\n", "the backend still serves after both failures");
+}
