@@ -307,3 +307,29 @@ async fn in_flight_requests_never_exceed_the_fiber_limit() {
         assert_eq!(call.await.expect("joins"), 504);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_stops_accepting_and_drains_requests_in_flight() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spin = artifact(test_guest_elf("spin"), &dir, "spin");
+    let metrics = RuntimeMetrics::default();
+    let (e, _backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 4 }, &metrics).await;
+    let mut table = RouteTable::default();
+    table.insert_revision(e);
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "spin".into(), traffic: vec![("spin-00001".into(), 100)] });
+    let router = Router::new(RouterConfig { drain_timeout: Duration::from_secs(10), ..RouterConfig::default() }, Registry::default());
+    router.set_table(table);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(Arc::clone(&router).serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    let in_flight = tokio::spawn(async move { get(&client(), addr, "spin.default.localhost", "/loop").await.0 });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.send(()).expect("signal");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no new connections after shutdown starts");
+    assert_eq!(in_flight.await.expect("joins"), 504, "the request in flight got its answer (its deadline), not a reset");
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("drained within the deadline").expect("joins");
+}

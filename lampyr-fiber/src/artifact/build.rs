@@ -89,6 +89,7 @@ pub fn boot_guest(elf: &[u8], opts: &BuildOptions) -> Result<Sandbox, ArtifactEr
         .g2h_buffer_size(s.buffer as usize)
         .h2g_pool_pages(s.pool_pages as usize)
         .g2h_pool_pages(s.pool_pages as usize)
+        .host_print(crate::runtime::host::guest_print)
         .build()
         .map_err(|e| ArtifactError::hyperlight("booting the guest ELF", e))?;
     let not_lampyr = |reason: String| ArtifactError::NotALampyrGuest { expected: ABI_VERSION, reason };

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use hyperlight_host::sandbox::snapshot::{OciDigest, Snapshot};
-use hyperlight_host::{HostFunctions, Sandbox};
+use hyperlight_host::{Sandbox, SandboxBuilder};
 use lampyr_abi::{CONFIGURE_FUNCTION, Env, Limits, encode_env};
 
+use super::host::guest_print;
 use crate::artifact::build::{BuildOptions, boot_guest};
 use crate::artifact::{ArtifactError, FiberMetadata, PlatformFit, VerifiedArtifact};
 
@@ -57,8 +58,13 @@ impl Template {
 
     /// A new sandbox from the template; no guest code runs.
     pub fn new_sandbox(&self) -> Result<Sandbox, hyperlight_host::HyperlightError> {
-        Sandbox::from_snapshot(Arc::clone(&self.snapshot), HostFunctions::default(), None)
+        sandbox_from(&self.snapshot)
     }
+}
+
+/// A sandbox from `snapshot` with Lampyr's host functions.
+fn sandbox_from(snapshot: &Arc<Snapshot>) -> Result<Sandbox, hyperlight_host::HyperlightError> {
+    SandboxBuilder::from_snapshot(Arc::clone(snapshot)).host_print(guest_print).build()
 }
 
 fn load_snapshot(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, ArtifactError> {
@@ -78,7 +84,7 @@ fn reboot_from_elf(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, Artifac
 }
 
 fn apply_env(base: Arc<Snapshot>, env: &Env) -> Result<Arc<Snapshot>, ArtifactError> {
-    let mut sandbox = Sandbox::from_snapshot(base, HostFunctions::default(), None)
+    let mut sandbox = sandbox_from(&base)
         .map_err(|e| ArtifactError::hyperlight("creating a sandbox to apply the environment", e))?;
     let refusal: String = sandbox
         .call(CONFIGURE_FUNCTION, encode_env(env))

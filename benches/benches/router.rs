@@ -1,0 +1,479 @@
+//! fiber-router as a reverse proxy beside nginx, both in front of the same
+//! plain HTTP backend and driven by the same `wrk` run settings, with the
+//! backend alone as the floor; then the host-side cost of a cold start
+//! (a Revision at zero woken by a request) against the same request warm.
+//!
+//! Run: `cargo bench -p lampyr-benches --bench router`
+//! (needs `wrk` and `nginx` from `scripts/setup`, and `/dev/kvm` for the cold-start section).
+//! `LAMPYR_BENCH_SECONDS` changes the measured seconds per target (default 10).
+
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use lampyr_abi::Env;
+use lampyr_benches::{Samples, Table, fmt_duration};
+use lampyr_fiber::artifact::{BuildOptions, build_artifact, verify_layout};
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+use lampyr_fiber::{FiberPool, PoolConfig, Template};
+use lampyr_router::{
+    Backend, HttpBackend, HttpLimits, LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute,
+};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
+
+/// Host every request carries; the router maps it to Service `bench` in `default`.
+const HOST: &str = "bench.default.localhost";
+/// Event-loop threads of each server (backend, fiber-router, nginx workers): one each.
+const WORKERS: usize = 1;
+const WRK_THREADS: usize = 2;
+const WRK_CONNECTIONS: usize = 32;
+const WARMUP_SECONDS: u64 = 2;
+const COLD_ITERATIONS: usize = 50;
+const COLD_WARMUP: usize = 3;
+
+fn main() {
+    let wrk = require_tool("wrk", &["/usr/bin/wrk"]);
+    let nginx_bin = require_tool("nginx", &["/usr/sbin/nginx"]);
+    let seconds = std::env::var("LAMPYR_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10u64);
+
+    let backend_rt = runtime("backend", WORKERS);
+    let backend = backend_rt.block_on(serve_hello());
+    let router_rt = runtime("router", WORKERS);
+    let router = router_rt.block_on(serve_router(backend));
+    let nginx = Nginx::start(&nginx_bin, backend);
+
+    let targets = [
+        ("direct (backend alone)", backend),
+        (nginx.version.as_str(), nginx.addr),
+        ("fiber-router", router),
+    ];
+    let mut results = Vec::new();
+    for (name, addr) in targets {
+        run_wrk(&wrk, addr, WARMUP_SECONDS);
+        results.push((name.to_string(), run_wrk(&wrk, addr, seconds)));
+    }
+    drop(nginx);
+    router_rt.shutdown_background();
+    backend_rt.shutdown_background();
+
+    let [direct, nginx, router] = [&results[0].1, &results[1].1, &results[2].1];
+    let mut rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|(name, r)| vec![name.clone(), fmt_duration(r.p50), fmt_duration(r.p99), format!("{:.0}", r.rps), r.errors.to_string()])
+        .collect();
+    rows.push(ratio_row("fiber-router ÷ nginx", router, nginx));
+    rows.push(ratio_row("fiber-router ÷ direct", router, direct));
+    rows.push(ratio_row("nginx ÷ direct", nginx, direct));
+
+    println!("\nLampyr fiber-router vs nginx as a reverse proxy to one plain HTTP/1.1 backend\n");
+    print!("{}", render(&["target", "p50", "p99", "req/s", "errors"], &rows));
+    println!(
+        "\nwrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{seconds}s --latency -H 'Host: {HOST}' against each target in turn \
+         (after a {WARMUP_SECONDS} s unmeasured warm-up);\nbackend: hyper HTTP/1.1 answering 200 \"hello\\n\" on {WORKERS} tokio \
+         worker thread; fiber-router: {WORKERS} tokio worker thread, HttpBackend with a keep-alive pool;\nnginx: \
+         worker_processes {WORKERS} (plus its master), proxy_http_version 1.1 with an upstream keepalive pool of 64, access log off.\n\
+         Ratios: latency ÷ is slower-by (lower is better), req/s ÷ is throughput share (higher is better).\n\
+         Client, proxy and backend share the machine's {} cores: these are relative figures, not capacity.",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    if results.iter().any(|(_, r)| r.errors > 0) {
+        println!("WARNING: some runs had socket errors or non-2xx answers (the errors column).");
+    }
+
+    cold_start();
+}
+
+// ---------- Plain HTTP backend and the router in front of it ----------
+
+fn runtime(name: &str, workers: usize) -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name(format!("bench-{name}"))
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A hyper HTTP/1.1 server answering every request with `200 "hello\n"`.
+async fn serve_hello() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind backend");
+    let addr = listener.local_addr().expect("backend addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|_req| async {
+                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"hello\n"))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A Revision policy with 30 s timeouts and the given initial scale.
+fn policy(initial_scale: u32) -> FiberPolicy {
+    FiberPolicy {
+        container_concurrency: 0,
+        scaling: ScalingPolicy {
+            min_scale: 0,
+            max_scale: 4,
+            initial_scale,
+            activation_scale: 1,
+            metric: ScaleMetric::Concurrency,
+            target: 100.0,
+            target_utilization_percent: 70.0,
+            stable_window: Duration::from_secs(60),
+            panic_window_percent: 10.0,
+            panic_threshold_percent: 200.0,
+            scale_down_delay: Duration::ZERO,
+            scale_to_zero_retention: Duration::ZERO,
+        },
+        timeouts: TimeoutPolicy { request: Duration::from_secs(30), response_start: Duration::from_secs(30), idle: None },
+        memory_bytes: None,
+        env: vec![],
+        http2: false,
+        port: None,
+    }
+}
+
+/// Starts a router serving Service `bench` from `backend` on a loopback port.
+async fn start_router(policy: FiberPolicy, backend: Arc<dyn Backend>) -> SocketAddr {
+    let mut table = RouteTable::default();
+    table.insert_revision(RevisionEntry { namespace: "default".into(), name: "bench-00001".into(), policy, backend });
+    table.insert_service(ServiceRoute {
+        namespace: "default".into(),
+        name: "bench".into(),
+        traffic: vec![("bench-00001".into(), 100)],
+    });
+    let router = Router::new(RouterConfig::default(), Registry::default());
+    router.set_table(table);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind router");
+    let addr = listener.local_addr().expect("router addr");
+    tokio::spawn(router.serve(listener, std::future::pending()));
+    addr
+}
+
+async fn serve_router(backend: SocketAddr) -> SocketAddr {
+    let http = Arc::new(HttpBackend::new(backend, 1024 * 1024, HttpLimits::default()));
+    start_router(policy(1), http).await
+}
+
+// ---------- nginx ----------
+
+/// nginx running a generated config from a temporary prefix; stopped on drop.
+struct Nginx {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    child: Child,
+    addr: SocketAddr,
+    version: String,
+}
+
+impl Nginx {
+    fn start(bin: &Path, backend: SocketAddr) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Workers drop root privileges to `nobody`; they must reach the temp paths.
+        set_mode(dir.path(), 0o755);
+        let addr = free_port();
+        let p = dir.path().display();
+        let conf = format!(
+            "daemon off;
+master_process on;
+worker_processes {WORKERS};
+pid {p}/nginx.pid;
+error_log {p}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {p}/client_body;
+    proxy_temp_path {p}/proxy;
+    fastcgi_temp_path {p}/fastcgi;
+    uwsgi_temp_path {p}/uwsgi;
+    scgi_temp_path {p}/scgi;
+    keepalive_requests 1000000;
+    upstream backend {{
+        server {backend};
+        keepalive 64;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen {addr};
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_set_header Host $host;
+        }}
+    }}
+}}
+"
+        );
+        let conf_path = dir.path().join("nginx.conf");
+        std::fs::write(&conf_path, conf).expect("write nginx.conf");
+        let version = Command::new(bin).arg("-v").output().expect("nginx -v");
+        let version = String::from_utf8_lossy(&version.stderr).trim().trim_start_matches("nginx version: ").to_string();
+        let child = Command::new(bin)
+            .args(["-p".as_ref(), dir.path().as_os_str(), "-c".as_ref(), conf_path.as_os_str(), "-e".as_ref()])
+            .arg(dir.path().join("error.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        let mut nginx = Nginx { bin: bin.to_path_buf(), dir, child, addr, version };
+        nginx.wait_ready();
+        nginx
+    }
+
+    fn wait_ready(&mut self) {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("nginx exited with {status} before serving:\n{}", self.error_log());
+            }
+            if TcpStream::connect(self.addr).is_ok() {
+                return;
+            }
+            assert!(Instant::now() < until, "nginx did not listen on {} within 10 s:\n{}", self.addr, self.error_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // `-s stop` signals the master through the pid file; the master stops its workers.
+        let _ = Command::new(&self.bin)
+            .args(["-p".as_ref(), self.dir.path().as_os_str(), "-c".as_ref(), self.dir.path().join("nginx.conf").as_os_str()])
+            .args(["-s", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// A loopback port free at the time of asking.
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+/// The path of `name`, or a loud failure naming `scripts/setup`.
+fn require_tool(name: &str, fallbacks: &[&str]) -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(name));
+    let fallbacks = fallbacks.iter().map(PathBuf::from);
+    on_path.chain(fallbacks).find(|p| p.is_file()).unwrap_or_else(|| {
+        panic!("`{name}` is not installed: run scripts/setup (it installs Debian's wrk and nginx-light) before this benchmark")
+    })
+}
+
+// ---------- wrk ----------
+
+/// What one wrk run measured.
+struct WrkResult {
+    p50: Duration,
+    p99: Duration,
+    rps: f64,
+    /// Socket errors plus non-2xx/3xx answers.
+    errors: u64,
+}
+
+fn run_wrk(wrk: &Path, addr: SocketAddr, seconds: u64) -> WrkResult {
+    let out = Command::new(wrk)
+        .args(["-t", &WRK_THREADS.to_string(), "-c", &WRK_CONNECTIONS.to_string(), "-d", &format!("{seconds}s"), "--latency"])
+        .args(["-H", &format!("Host: {HOST}")])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .expect("run wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "wrk failed ({}):\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    parse_wrk(&text).unwrap_or_else(|| panic!("could not parse wrk's output:\n{text}"))
+}
+
+fn parse_wrk(text: &str) -> Option<WrkResult> {
+    let mut p50 = None;
+    let mut p99 = None;
+    let mut rps = None;
+    let mut errors = 0;
+    for line in text.lines().map(str::trim) {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else { continue };
+        match first {
+            "50%" => p50 = parse_wrk_time(words.next()?),
+            "99%" => p99 = parse_wrk_time(words.next()?),
+            "Requests/sec:" => rps = words.next()?.parse().ok(),
+            "Non-2xx" => errors += line.rsplit(' ').next()?.parse::<u64>().ok()?,
+            // "Socket errors: connect 0, read 0, write 0, timeout 0"
+            "Socket" => {
+                errors += line.split([' ', ',']).filter_map(|w| w.parse::<u64>().ok()).sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    Some(WrkResult { p50: p50?, p99: p99?, rps: rps?, errors })
+}
+
+/// wrk's times: `812.00us`, `1.20ms`, `2.01s`, `1.50m`.
+fn parse_wrk_time(s: &str) -> Option<Duration> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let secs = match unit {
+        "us" => n / 1e6,
+        "ms" => n / 1e3,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(secs))
+}
+
+fn ratio_row(what: &str, a: &WrkResult, b: &WrkResult) -> Vec<String> {
+    let ratio = |x: f64, y: f64| format!("{:.2}×", x / y.max(1e-12));
+    vec![
+        what.to_string(),
+        ratio(a.p50.as_secs_f64(), b.p50.as_secs_f64()),
+        ratio(a.p99.as_secs_f64(), b.p99.as_secs_f64()),
+        ratio(a.rps, b.rps),
+        "-".into(),
+    ]
+}
+
+/// An aligned table of any width (the shared [`Table`] has fixed columns).
+fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let all: Vec<&Vec<String>> = std::iter::once(&header).chain(rows).collect();
+    let widths: Vec<usize> =
+        (0..header.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for (i, r) in all.iter().enumerate() {
+        let cells: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell}{}", " ".repeat(w - cell.chars().count()))).collect();
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        if i == 0 {
+            let rules: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&format!("|-{}-|\n", rules.join("-|-")));
+        }
+    }
+    out
+}
+
+// ---------- Cold start ----------
+
+/// Time to first byte of a request woken from zero fibers, and of the same request warm.
+fn cold_start() {
+    lampyr_testenv::require_kvm();
+    let elf = lampyr_testenv::example_elf("hello");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let layout = dir.path().join("hello");
+    let built = build_artifact(&elf, &layout, &BuildOptions::default()).expect("build artifact");
+    let artifact = verify_layout(&layout, Some(&built.digest)).expect("verify");
+    let template = Template::load(&artifact, &Env::default()).expect("load");
+    let pool = FiberPool::new(
+        template,
+        PoolConfig { revision: "bench-00001".into(), max_fibers: 4, queue_capacity: 16 },
+        RuntimeMetrics::default(),
+    );
+    let rt = runtime("cold", 2);
+    let policy = policy(0);
+    // The scaler never ticks during the run: only activation and this harness resize the pool.
+    let scaler = ScalerConfig { tick: Duration::from_secs(3600), ..ScalerConfig::default() };
+    let backend = rt.block_on(LocalBackend::start(pool, policy.scaling.clone(), scaler)).expect("local backend");
+    let addr = rt.block_on(start_router(policy, Arc::clone(&backend) as Arc<dyn Backend>));
+
+    let (mut cold, mut warm, mut overhead) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..COLD_WARMUP + COLD_ITERATIONS {
+        wait_until("the pool is idle", || backend.pool().stats().in_flight == 0);
+        rt.block_on(backend.pool().set_desired(0)).expect("scale to zero");
+        assert_eq!(backend.pool().stats().live, 0, "the revision is at zero before the cold request");
+        let c = ttfb(addr);
+        wait_until("the woken fiber is idle", || {
+            let s = backend.pool().stats();
+            s.in_flight == 0 && s.idle >= 1
+        });
+        let w = ttfb(addr);
+        if i >= COLD_WARMUP {
+            cold.push(c);
+            warm.push(w);
+            overhead.push(c.saturating_sub(w));
+        }
+    }
+    rt.shutdown_background();
+    let (cold, warm, overhead) = (Samples(cold), Samples(warm), Samples(overhead));
+
+    let mut t = Table::default();
+    let vs = |d: Duration| format!("{:.1}× warm p50", d.as_secs_f64() / warm.median().as_secs_f64().max(1e-12));
+    t.row("cold TTFB, woken from zero (p50)", fmt_duration(cold.median()), "-", vs(cold.median()));
+    t.row("cold TTFB, woken from zero (p99)", fmt_duration(cold.percentile(99.0)), "-", vs(cold.percentile(99.0)));
+    t.row("warm TTFB, same request (p50)", fmt_duration(warm.median()), "-", "1×".into());
+    t.row("warm TTFB, same request (p99)", fmt_duration(warm.percentile(99.0)), "-", vs(warm.percentile(99.0)));
+    t.row("cold − warm, per pair (p50): host cold-start overhead", fmt_duration(overhead.median()), "-", "-".into());
+    t.row("cold − warm, per pair (p99)", fmt_duration(overhead.percentile(99.0)), "-", "-".into());
+    println!("\nCold start through fiber-router + LocalBackend (hello example, initial-scale 0)\n");
+    print!("{}", t.render());
+    println!(
+        "\n{COLD_ITERATIONS} pairs after {COLD_WARMUP} unmeasured: the pool is forced to zero, one request is sent (cold), \
+         then the same request again (warm).\nTTFB runs from writing the request on an open connection to its first \
+         response byte. The guest call is emulated on these machines\nand present in both, so cold − warm is the host-side \
+         wake-up (fiber from snapshot, activation) on the request's path."
+    );
+}
+
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !ready() {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Connects, then times from writing one `GET /` to reading the first response byte;
+/// reads the rest and checks for `200 Hello World!`.
+fn ttfb(addr: SocketAddr) -> Duration {
+    let mut s = TcpStream::connect(addr).expect("connect to the router");
+    s.set_nodelay(true).expect("nodelay");
+    let req = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let started = Instant::now();
+    s.write_all(req.as_bytes()).expect("send request");
+    let mut first = [0u8; 1];
+    s.read_exact(&mut first).expect("first response byte");
+    let elapsed = started.elapsed();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).expect("response");
+    let text = String::from_utf8_lossy(&rest);
+    assert!(first[0] == b'H' && text.starts_with("TTP/1.1 200") && text.ends_with("Hello World!\n"), "unexpected answer: {text}");
+    elapsed
+}
