@@ -44,6 +44,7 @@ fn main() {
     let rate = creation_rate(&snapshot, Duration::from_secs(2));
     let (per_fiber, fibers_per_gib) = density(&artifact);
     let (host, guest) = dispatch(&artifact);
+    let floor = handoff_floor(guest.median());
 
     let mut t = Table::default();
     t.row("boot from ELF (baseline: new + evolve + init)", fmt_duration(baseline), "-", "1×".into());
@@ -53,6 +54,7 @@ fn main() {
     t.row("restore to snapshot (median)", fmt_duration(restore.median()), "-", speedup(baseline, restore.median()));
     t.row("host dispatch overhead per request (median)", fmt_duration(host.median()), "≤ 100 µs (with restore)", speedup(baseline, host.median()));
     t.row("host dispatch overhead per request (p99)", fmt_duration(host.percentile(99.0)), "-", "-".into());
+    t.row("baseline: thread hand-off floor (spawn_blocking + oneshot around a busy wait of the guest's median)", fmt_duration(floor.median()), "-", "-".into());
     t.row("restore + dispatch (median sum)", fmt_duration(restore.median() + host.median()), "≤ 100 µs", "-".into());
     t.row("guest call, emulated KVM (median; not host overhead)", fmt_duration(guest.median()), "-", "-".into());
     t.row("fibers created+dropped per second, one core", format!("{rate:.0}/s"), "≥ 500/s", format!("{:.0}× boot rate", rate * baseline.as_secs_f64()));
@@ -92,6 +94,29 @@ fn density(artifact: &lampyr_fiber::VerifiedArtifact) -> (f64, f64) {
     rt.block_on(pool.set_desired(DENSITY_FIBERS)).expect("warm fibers");
     let per_fiber = (private_memory_bytes().saturating_sub(before)) as f64 / (DENSITY_FIBERS - 1) as f64;
     (per_fiber, (1u64 << 30) as f64 / per_fiber.max(1.0))
+}
+
+/// What the pool's two thread hand-offs cost on this machine with nothing else
+/// around them: a blocking task that busy-waits as long as a guest call.
+fn handoff_floor(busy: Duration) -> Samples {
+    let rt = runtime();
+    let mut v = Vec::new();
+    rt.block_on(async {
+        for _ in 0..100 {
+            let started = Instant::now();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            tokio::task::spawn_blocking(move || {
+                let t = Instant::now();
+                while t.elapsed() < busy {
+                    std::hint::spin_loop();
+                }
+                let _ = tx.send(t.elapsed());
+            });
+            let spent = rx.await.expect("hand-off");
+            v.push(started.elapsed().saturating_sub(spent));
+        }
+    });
+    Samples(v)
 }
 
 /// Host overhead and guest time of requests through a warm pool.

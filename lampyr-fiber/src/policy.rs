@@ -8,6 +8,23 @@
 
 use std::time::Duration;
 
+/// config-autoscaler `container-concurrency-target-default`.
+pub const DEFAULT_CONCURRENCY_TARGET: f64 = 100.0;
+/// config-autoscaler `requests-per-second-target-default`.
+pub const DEFAULT_RPS_TARGET: f64 = 200.0;
+/// config-autoscaler `container-concurrency-target-percentage`.
+pub const DEFAULT_TARGET_UTILIZATION: f64 = 70.0;
+/// config-autoscaler `stable-window`.
+pub const DEFAULT_STABLE_WINDOW: Duration = Duration::from_secs(60);
+/// config-autoscaler `panic-window-percentage`.
+pub const DEFAULT_PANIC_WINDOW_PERCENT: f64 = 10.0;
+/// config-autoscaler `panic-threshold-percentage`.
+pub const DEFAULT_PANIC_THRESHOLD_PERCENT: f64 = 200.0;
+/// config-autoscaler `initial-scale`.
+pub const DEFAULT_INITIAL_SCALE: u32 = 1;
+/// Knative's `revision-timeout-seconds` default, as a duration.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// The autoscaling metric (`autoscaling.knative.dev/metric`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScaleMetric {
@@ -81,5 +98,55 @@ impl FiberPolicy {
     /// (a fiber's response starts when the guest returns it whole).
     pub fn request_deadline(&self) -> Duration {
         self.timeouts.request.min(self.timeouts.response_start)
+    }
+}
+
+impl Default for ScalingPolicy {
+    /// Knative's defaults: scale 0..unbounded, concurrency target 100 at 70 %,
+    /// 60 s stable window, 10 % panic window, 200 % panic threshold.
+    fn default() -> Self {
+        ScalingPolicy {
+            min_scale: 0,
+            max_scale: 0,
+            initial_scale: DEFAULT_INITIAL_SCALE,
+            activation_scale: 1,
+            metric: ScaleMetric::Concurrency,
+            target: DEFAULT_CONCURRENCY_TARGET,
+            target_utilization_percent: DEFAULT_TARGET_UTILIZATION,
+            stable_window: DEFAULT_STABLE_WINDOW,
+            panic_window_percent: DEFAULT_PANIC_WINDOW_PERCENT,
+            panic_threshold_percent: DEFAULT_PANIC_THRESHOLD_PERCENT,
+            scale_down_delay: Duration::ZERO,
+            scale_to_zero_retention: Duration::ZERO,
+        }
+    }
+}
+
+impl Default for TimeoutPolicy {
+    /// 300 s for the whole request and its start, no idle timeout.
+    fn default() -> Self {
+        TimeoutPolicy { request: DEFAULT_TIMEOUT, response_start: DEFAULT_TIMEOUT, idle: None }
+    }
+}
+
+impl Default for FiberPolicy {
+    /// What a template with no scaling, timeout, resource or env fields gets.
+    fn default() -> Self {
+        FiberPolicy {
+            container_concurrency: 0,
+            scaling: ScalingPolicy::default(),
+            timeouts: TimeoutPolicy::default(),
+            memory_bytes: None,
+            env: Vec::new(),
+            http2: false,
+            port: None,
+        }
+    }
+}
+
+impl TimeoutPolicy {
+    /// The same `timeout` for the request and its response start, no idle timeout.
+    pub fn uniform(timeout: Duration) -> Self {
+        TimeoutPolicy { request: timeout, response_start: timeout, idle: None }
     }
 }

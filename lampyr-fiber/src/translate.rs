@@ -35,7 +35,11 @@ use lampyr_api::{
     SecurityContext,
 };
 
-use crate::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+use crate::policy::{
+    DEFAULT_CONCURRENCY_TARGET, DEFAULT_INITIAL_SCALE, DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_PANIC_WINDOW_PERCENT,
+    DEFAULT_RPS_TARGET, DEFAULT_STABLE_WINDOW, DEFAULT_TARGET_UTILIZATION, FiberPolicy, ScaleMetric, ScalingPolicy,
+    TimeoutPolicy,
+};
 
 /// Knative's `revision-timeout-seconds` default.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 300;
@@ -44,20 +48,6 @@ pub const MAX_TIMEOUT_SECONDS: i64 = 600;
 /// Knative's `container-concurrency-max-limit` default.
 pub const MAX_CONTAINER_CONCURRENCY: i64 = 1000;
 
-/// config-autoscaler `container-concurrency-target-default`.
-const DEFAULT_CONCURRENCY_TARGET: f64 = 100.0;
-/// config-autoscaler `requests-per-second-target-default`.
-const DEFAULT_RPS_TARGET: f64 = 200.0;
-/// config-autoscaler `container-concurrency-target-percentage`.
-const DEFAULT_TARGET_UTILIZATION: f64 = 70.0;
-/// config-autoscaler `stable-window`.
-const DEFAULT_STABLE_WINDOW: Duration = Duration::from_secs(60);
-/// config-autoscaler `panic-window-percentage`.
-const DEFAULT_PANIC_WINDOW_PERCENT: f64 = 10.0;
-/// config-autoscaler `panic-threshold-percentage`.
-const DEFAULT_PANIC_THRESHOLD_PERCENT: f64 = 200.0;
-/// config-autoscaler `initial-scale`.
-const DEFAULT_INITIAL_SCALE: u32 = 1;
 /// Upstream's minimum `target`.
 const TARGET_MIN: f64 = 0.01;
 /// Shortest stable window.
@@ -1044,20 +1034,7 @@ mod tests {
     }
 
     fn default_scaling() -> ScalingPolicy {
-        ScalingPolicy {
-            min_scale: 0,
-            max_scale: 0,
-            initial_scale: 1,
-            activation_scale: 1,
-            metric: ScaleMetric::Concurrency,
-            target: 100.0,
-            target_utilization_percent: 70.0,
-            stable_window: Duration::from_secs(60),
-            panic_window_percent: 10.0,
-            panic_threshold_percent: 200.0,
-            scale_down_delay: Duration::ZERO,
-            scale_to_zero_retention: Duration::ZERO,
-        }
+        ScalingPolicy::default()
     }
 
     #[test]

@@ -534,20 +534,7 @@ mod tests {
     }
 
     fn policy() -> ScalingPolicy {
-        ScalingPolicy {
-            min_scale: 0,
-            max_scale: 0,
-            initial_scale: 1,
-            activation_scale: 1,
-            metric: ScaleMetric::Concurrency,
-            target: 100.0,
-            target_utilization_percent: 70.0,
-            stable_window: secs(60),
-            panic_window_percent: 10.0,
-            panic_threshold_percent: 200.0,
-            scale_down_delay: Duration::ZERO,
-            scale_to_zero_retention: Duration::ZERO,
-        }
+        ScalingPolicy::default()
     }
 
     /// Drives a scaler in ticks, applying each decision as the next tick's fiber count.

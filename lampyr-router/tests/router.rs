@@ -8,7 +8,7 @@ use std::time::Duration;
 use lampyr_abi::Env;
 use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact, verify_layout};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+use lampyr_fiber::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
 use lampyr_router::{LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
@@ -24,26 +24,9 @@ fn artifact(elf: std::path::PathBuf, dir: &tempfile::TempDir, name: &str) -> Ver
 
 fn policy(max_scale: u32, timeout: Duration) -> FiberPolicy {
     FiberPolicy {
-        container_concurrency: 0,
-        scaling: ScalingPolicy {
-            min_scale: 0,
-            max_scale,
-            initial_scale: 1,
-            activation_scale: 1,
-            metric: ScaleMetric::Concurrency,
-            target: 100.0,
-            target_utilization_percent: 70.0,
-            stable_window: Duration::from_secs(6),
-            panic_window_percent: 10.0,
-            panic_threshold_percent: 200.0,
-            scale_down_delay: Duration::ZERO,
-            scale_to_zero_retention: Duration::ZERO,
-        },
-        timeouts: TimeoutPolicy { request: timeout, response_start: timeout, idle: None },
-        memory_bytes: None,
-        env: vec![],
-        http2: false,
-        port: None,
+        scaling: ScalingPolicy { max_scale, stable_window: Duration::from_secs(6), ..ScalingPolicy::default() },
+        timeouts: TimeoutPolicy::uniform(timeout),
+        ..FiberPolicy::default()
     }
 }
 

@@ -1,0 +1,65 @@
+// Copyright 2026 The Lampyr Authors
+// SPDX-License-Identifier: Apache-2.0
+
+// Command controller is Lampyr's Knative Serving controller: the upstream
+// knative.dev/serving reconcilers, unmodified, minus the Pod-based ones.
+//
+// Decision record "Use Knative APIs with Fiber-backed Revision
+// reconciliation": Lampyr composes the upstream Service, Configuration,
+// Labeler, Route, garbage-collection, namespace-certificate and DomainMapping
+// reconcilers without changing their source, and replaces the Revision
+// reconciler with its own Fiber Revision reconciler. Upstream's
+// cmd/controller has no switch to drop single reconcilers, so this main
+// passes the kept constructors to sharedmain itself. Deliberately absent:
+// revision and serverlessservice (Pods, Deployments, the activator path),
+// and the autoscaler and activator, which are separate upstream binaries
+// this process never links. Also absent is upstream's optional cert-manager
+// Certificate reconciler (net-certmanager), enabled upstream only when
+// config-network asks for cert-manager-issued certificates.
+//
+// The component name differs from upstream's "controller" so leader-election
+// leases, logging keys and metrics never collide with a stock controller.
+package main
+
+import (
+	"flag"
+
+	"knative.dev/pkg/injection"
+	"knative.dev/pkg/injection/sharedmain"
+	"knative.dev/pkg/reconciler"
+	"knative.dev/pkg/signals"
+
+	"knative.dev/serving/pkg/reconciler/configuration"
+	"knative.dev/serving/pkg/reconciler/domainmapping"
+	"knative.dev/serving/pkg/reconciler/gc"
+	"knative.dev/serving/pkg/reconciler/labeler"
+	"knative.dev/serving/pkg/reconciler/nscert"
+	"knative.dev/serving/pkg/reconciler/route"
+	"knative.dev/serving/pkg/reconciler/service"
+)
+
+// component names this controller in leases, logs and metrics.
+const component = "lampyr-knative-controller"
+
+// ctors are exactly the upstream reconcilers Lampyr keeps.
+var ctors = []injection.ControllerConstructor{
+	configuration.NewController,
+	labeler.NewController,
+	route.NewController,
+	service.NewController,
+	gc.NewController,
+	nscert.NewController,
+	domainmapping.NewController,
+}
+
+func main() {
+	// The one flag upstream's controller adds to sharedmain's.
+	flag.DurationVar(&reconciler.DefaultTimeout,
+		"reconciliation-timeout", reconciler.DefaultTimeout,
+		"The amount of time to give each reconciliation of a resource to complete before its context is canceled.")
+
+	ctx := signals.NewContext()
+	// Parses the flags (--kubeconfig, --server, the one above).
+	cfg := injection.ParseAndGetRESTConfigOrDie()
+	sharedmain.MainWithConfig(ctx, component, cfg, ctors...)
+}
