@@ -6,6 +6,8 @@
 //! [`InvokeError::Unavailable`] (503, [`InvokeError::retryable`]) means no
 //! connection could be made, so no byte of the request reached the upstream;
 //! every failure after that is a non-retryable [`InvokeError::FiberFailed`] (502).
+//! The request deadline bounds connecting too: a deadline that passes first is
+//! [`InvokeError::Timeout`] (504), so keep [`HttpLimits::connect_timeout`] below it.
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
@@ -123,11 +125,14 @@ impl HttpBackend {
 
     /// Sends `req` and reads the whole, bounded response.
     async fn exchange(&self, req: hyper::Request<Full<Bytes>>) -> Result<Response, InvokeError> {
+        let head = req.method() == Method::HEAD;
         let resp = self.client.request(req).await.map_err(|e| self.send_error(&e))?;
         let (parts, body) = resp.into_parts();
         let max = self.max_response_body;
+        // A HEAD, 204 or 304 answer's Content-Length describes a body that is not sent.
+        let bodiless = head || matches!(parts.status.as_u16(), 204 | 304);
         let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        if let Some(len) = declared.filter(|len| *len > max) {
+        if let Some(len) = declared.filter(|len| *len > max && !bodiless) {
             return Err(response_too_large(len, max));
         }
         let limit = usize::try_from(max).unwrap_or(usize::MAX);

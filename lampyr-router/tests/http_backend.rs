@@ -210,6 +210,10 @@ async fn a_slow_upstream_is_504_at_the_deadline_and_an_oversized_answer_is_502()
 
     let resp = get(&c, addr, "/big").send().await.expect("response");
     assert_eq!(resp.status().as_u16(), 502, "a 64 KiB answer is above the 16 KiB limit");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let head = backend.invoke(Request { method: "HEAD".into(), uri: "/big".into(), ..Request::default() }, deadline).await;
+    let head = head.expect("a HEAD answer's Content-Length is not held against the body limit");
+    assert_eq!((head.status, head.body.len()), (200, 0));
     let resp = get(&c, addr, "/after").send().await.expect("response");
     assert_eq!(resp.text().await.expect("body"), "GET /after\n", "the backend still serves after both failures");
 }
