@@ -22,7 +22,7 @@ use lampyr_abi::{Env, Request};
 use lampyr_benches::{Samples, Table, fmt_duration};
 use lampyr_fiber::artifact::{BuildOptions, build_artifact, verify_layout};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+use lampyr_fiber::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
 use lampyr_router::{
     Backend, HttpBackend, HttpLimits, LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute,
@@ -127,33 +127,16 @@ async fn serve_hello() -> SocketAddr {
 /// A Revision policy with 30 s timeouts and the given initial scale.
 fn policy(initial_scale: u32) -> FiberPolicy {
     FiberPolicy {
-        container_concurrency: 0,
-        scaling: ScalingPolicy {
-            min_scale: 0,
-            max_scale: 4,
-            initial_scale,
-            activation_scale: 1,
-            metric: ScaleMetric::Concurrency,
-            target: 100.0,
-            target_utilization_percent: 70.0,
-            stable_window: Duration::from_secs(60),
-            panic_window_percent: 10.0,
-            panic_threshold_percent: 200.0,
-            scale_down_delay: Duration::ZERO,
-            scale_to_zero_retention: Duration::ZERO,
-        },
-        timeouts: TimeoutPolicy { request: Duration::from_secs(30), response_start: Duration::from_secs(30), idle: None },
-        memory_bytes: None,
-        env: vec![],
-        http2: false,
-        port: None,
+        scaling: ScalingPolicy { max_scale: 4, initial_scale, ..ScalingPolicy::default() },
+        timeouts: TimeoutPolicy::uniform(Duration::from_secs(30)),
+        ..FiberPolicy::default()
     }
 }
 
 /// Starts a router serving Service `bench` from `backend` on a loopback port.
 async fn start_router(policy: FiberPolicy, backend: Arc<dyn Backend>) -> SocketAddr {
     let mut table = RouteTable::default();
-    table.insert_revision(RevisionEntry { namespace: "default".into(), name: "bench-00001".into(), policy, backend });
+    table.insert_revision(RevisionEntry::new("default", "bench-00001", policy, backend));
     table.insert_service(ServiceRoute {
         namespace: "default".into(),
         name: "bench".into(),
@@ -457,8 +440,8 @@ fn cold_start() {
          then the same request again (warm).\nTTFB runs from writing the request on an open connection to its first \
          response byte. The guest call is emulated on these machines\nand present in both, so cold − warm is the host-side \
          wake-up (fiber from snapshot, activation) on the request's path.\nThe emulated guest call varies by milliseconds \
-         between calls, so the TTFB difference is noisy; the \"pool host time\" rows are the same pool called directly \
-         (FiberPool::invoke_timed,\nno router, no activation task), cold then warm, with the guest's own time taken out."
+         between calls, so the TTFB difference is noisy; the \"pool host time\" rows call\nthe same pool directly \
+         (FiberPool::invoke_timed: no router, no activation task), cold then warm, with the guest's own time taken out."
     );
 }
 

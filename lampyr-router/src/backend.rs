@@ -32,4 +32,8 @@ pub trait Backend: Send + Sync {
     fn max_request_body(&self) -> u64;
     /// Current counts.
     fn stats(&self) -> BackendStats;
+    /// True when a request now would have to wake the Revision from zero.
+    fn is_cold(&self) -> bool {
+        false
+    }
 }

@@ -88,6 +88,10 @@ impl Backend for LocalBackend {
         self.pool.template().metadata().max_request_body
     }
 
+    fn is_cold(&self) -> bool {
+        self.pool.stats().live == 0
+    }
+
     fn stats(&self) -> BackendStats {
         let s = self.pool.stats();
         BackendStats { in_flight: s.in_flight, queued: s.queued, fibers: s.live, desired: s.desired }

@@ -65,6 +65,46 @@ impl RouterMetrics {
     }
 }
 
+/// One Revision's handles, so a request never builds label sets or searches families.
+pub struct RevisionMetrics {
+    namespace: String,
+    revision: String,
+    codes: std::sync::Mutex<Vec<(u16, Counter)>>,
+    /// Time to the response.
+    pub duration: Histogram,
+    /// Cold-start requests.
+    pub cold_starts: Counter,
+    /// Time to the response of cold-start requests.
+    pub cold_start_seconds: Histogram,
+}
+
+impl RevisionMetrics {
+    /// Looks up the handles of `namespace/revision` in `m`.
+    pub fn new(m: &RouterMetrics, namespace: &str, revision: &str) -> Self {
+        let labels = revision_labels(namespace, revision);
+        RevisionMetrics {
+            namespace: namespace.to_string(),
+            revision: revision.to_string(),
+            codes: std::sync::Mutex::new(Vec::new()),
+            duration: m.duration.get_or_create_owned(&labels),
+            cold_starts: m.cold_starts.get_or_create_owned(&labels),
+            cold_start_seconds: m.cold_start_seconds.get_or_create_owned(&labels),
+        }
+    }
+
+    /// Counts one answer with status `code`.
+    pub fn count(&self, m: &RouterMetrics, code: u16) {
+        let Ok(mut codes) = self.codes.lock() else { return };
+        if let Some((_, c)) = codes.iter().find(|(k, _)| *k == code) {
+            c.inc();
+            return;
+        }
+        let counter = m.requests.get_or_create_owned(&code_labels(&self.namespace, &self.revision, code));
+        counter.inc();
+        codes.push((code, counter));
+    }
+}
+
 /// `namespace` and `revision` labels.
 pub fn revision_labels(namespace: &str, revision: &str) -> Labels {
     vec![("namespace".into(), namespace.into()), ("revision".into(), revision.into())]

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::metrics::{RouterMetrics, code_labels, revision_labels};
+use crate::metrics::{RevisionMetrics, RouterMetrics, revision_labels};
 use crate::table::{RevisionEntry, RouteTable, parse_host};
 
 /// Header naming the Revision on the cluster path (set by the KIngress split).
@@ -109,7 +109,11 @@ impl Router {
             };
             let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
+                    Ok(a) => {
+                        // Small answers must not wait on Nagle's algorithm.
+                        let _ = a.0.set_nodelay(true);
+                        a
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -196,7 +200,7 @@ impl Router {
     async fn serve_revision(&self, entry: &RevisionEntry, req: hyper::Request<Incoming>) -> Resp {
         let started = Instant::now();
         let deadline = started + entry.policy.request_deadline();
-        let cold = entry.backend.stats().fibers == 0;
+        let cold = entry.backend.is_cold();
         let resp = match to_guest_request(req, entry.backend.max_request_body(), deadline).await {
             Ok(guest_req) => match entry.backend.invoke(guest_req, deadline).await {
                 Ok(guest_resp) => from_guest_response(guest_resp),
@@ -204,13 +208,13 @@ impl Router {
             },
             Err(resp) => resp,
         };
-        let labels = revision_labels(&entry.namespace, &entry.name);
+        let m = entry.metrics.get_or_init(|| RevisionMetrics::new(&self.metrics, &entry.namespace, &entry.name));
         let elapsed = started.elapsed().as_secs_f64();
-        self.metrics.requests.get_or_create(&code_labels(&entry.namespace, &entry.name, resp.status().as_u16())).inc();
-        self.metrics.duration.get_or_create(&labels).observe(elapsed);
+        m.count(&self.metrics, resp.status().as_u16());
+        m.duration.observe(elapsed);
         if cold {
-            self.metrics.cold_starts.get_or_create(&labels).inc();
-            self.metrics.cold_start_seconds.get_or_create(&labels).observe(elapsed);
+            m.cold_starts.inc();
+            m.cold_start_seconds.observe(elapsed);
         }
         resp
     }

@@ -2,11 +2,12 @@
 //! traffic splits, and how a request picks its Revision.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use lampyr_fiber::policy::FiberPolicy;
 
 use crate::backend::Backend;
+use crate::metrics::RevisionMetrics;
 
 /// One routable Revision.
 pub struct RevisionEntry {
@@ -18,6 +19,15 @@ pub struct RevisionEntry {
     pub policy: FiberPolicy,
     /// What serves it.
     pub backend: Arc<dyn Backend>,
+    /// Its metric handles, looked up on first use.
+    pub(crate) metrics: OnceLock<RevisionMetrics>,
+}
+
+impl RevisionEntry {
+    /// A Revision `namespace/name` served by `backend` under `policy`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>, policy: FiberPolicy, backend: Arc<dyn Backend>) -> Self {
+        RevisionEntry { namespace: namespace.into(), name: name.into(), policy, backend, metrics: OnceLock::new() }
+    }
 }
 
 /// A Service's traffic: Revision names with percentages summing to 100.

@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use lampyr_abi::Request;
 use lampyr_fiber::InvokeError;
-use lampyr_fiber::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
+use lampyr_fiber::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_router::{Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig, ServiceRoute};
 use prometheus_client::registry::Registry;
 use tokio::io::AsyncReadExt;
@@ -87,26 +87,9 @@ async fn refused_addr() -> SocketAddr {
 
 fn policy(timeout: Duration) -> FiberPolicy {
     FiberPolicy {
-        container_concurrency: 0,
-        scaling: ScalingPolicy {
-            min_scale: 0,
-            max_scale: 1,
-            initial_scale: 1,
-            activation_scale: 1,
-            metric: ScaleMetric::Concurrency,
-            target: 100.0,
-            target_utilization_percent: 70.0,
-            stable_window: Duration::from_secs(6),
-            panic_window_percent: 10.0,
-            panic_threshold_percent: 200.0,
-            scale_down_delay: Duration::ZERO,
-            scale_to_zero_retention: Duration::ZERO,
-        },
-        timeouts: TimeoutPolicy { request: timeout, response_start: timeout, idle: None },
-        memory_bytes: None,
-        env: vec![],
-        http2: false,
-        port: None,
+        scaling: ScalingPolicy { max_scale: 1, stable_window: Duration::from_secs(6), ..ScalingPolicy::default() },
+        timeouts: TimeoutPolicy::uniform(timeout),
+        ..FiberPolicy::default()
     }
 }
 
@@ -117,7 +100,7 @@ fn limits() -> HttpLimits {
 /// A router serving `up.default.localhost` from `backend`.
 async fn router(backend: Arc<HttpBackend>, timeout: Duration) -> SocketAddr {
     let mut table = RouteTable::default();
-    table.insert_revision(RevisionEntry { namespace: "default".into(), name: "up-00001".into(), policy: policy(timeout), backend });
+    table.insert_revision(RevisionEntry::new("default", "up-00001", policy(timeout), backend));
     table.insert_service(ServiceRoute { namespace: "default".into(), name: "up".into(), traffic: vec![("up-00001".into(), 100)] });
     let router = Router::new(RouterConfig::default(), Registry::default());
     router.set_table(table);

@@ -52,7 +52,7 @@ async fn entry(rev: Rev, metrics: &RuntimeMetrics) -> (RevisionEntry, Arc<LocalB
     let max = if rev.policy.scaling.max_scale == 0 { 8 } else { rev.policy.scaling.max_scale as usize };
     let pool = FiberPool::new(template, PoolConfig { revision: rev.name.into(), max_fibers: max, queue_capacity: rev.queue }, metrics.clone());
     let backend = LocalBackend::start(pool, rev.policy.scaling.clone(), fast_scaler()).await.expect("backend");
-    let entry = RevisionEntry { namespace: "default".into(), name: rev.name.into(), policy: rev.policy, backend: backend.clone() };
+    let entry = RevisionEntry::new("default", rev.name, rev.policy, backend.clone());
     (entry, backend)
 }
 

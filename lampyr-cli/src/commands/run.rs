@@ -224,7 +224,7 @@ async fn load_revision(
     let backend = LocalBackend::start(pool, policy.scaling.clone(), scaler.clone())
         .await
         .map_err(|e| CliError::Usage(format!("revision {revision}: {e}")))?;
-    let entry = RevisionEntry { namespace: namespace.to_string(), name: revision.to_string(), policy, backend };
+    let entry = RevisionEntry::new(namespace, revision, policy, backend);
     Ok((entry, artifact.digest))
 }
 
