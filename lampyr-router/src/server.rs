@@ -246,11 +246,17 @@ async fn to_guest_request(
         Ok(Err(e)) => return Err(text(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}\n"))),
         Err(_) => return Err(text(StatusCode::GATEWAY_TIMEOUT, "the request body did not arrive before the deadline\n")),
     };
-    let headers = parts
+    let mut headers: Vec<Header> = parts
         .headers
         .iter()
         .map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() })
         .collect();
+    // HTTP/2 carries the host as :authority; guests see it as Host either way.
+    if !parts.headers.contains_key(http::header::HOST)
+        && let Some(authority) = parts.uri.authority()
+    {
+        headers.insert(0, Header { name: "host".into(), value: authority.as_str().as_bytes().to_vec() });
+    }
     let uri = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
     Ok(lampyr_abi::Request { method: parts.method.as_str().to_string(), uri, headers, body: body.to_vec() })
 }

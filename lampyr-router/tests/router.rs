@@ -140,20 +140,24 @@ async fn routes_by_host_and_headers_and_splits_traffic_90_10() {
 async fn h2c_is_served() {
     let dir = tempfile::tempdir().expect("tempdir");
     let hello = artifact(example_elf("hello"), &dir, "hello");
+    let echo = artifact(example_elf("echo"), &dir, "echo");
     let metrics = RuntimeMetrics::default();
     let mut table = RouteTable::default();
     let rev = Rev { name: "hello-00001", artifact: hello, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 8 };
     table.insert_revision(entry(rev, &metrics).await.0);
     table.insert_service(ServiceRoute { namespace: "default".into(), name: "hello".into(), traffic: vec![("hello-00001".into(), 100)] });
+    let rev = Rev { name: "echo-00001", artifact: echo, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 8 };
+    table.insert_revision(entry(rev, &metrics).await.0);
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "echo".into(), traffic: vec![("echo-00001".into(), 100)] });
     let (_router, addr) = serve(table).await;
-    let c = reqwest::Client::builder().http2_prior_knowledge().build().expect("h2c client");
-    let resp = c.get(format!("http://hello.default.localhost:{}/", addr.port())).send().await;
-    // reqwest resolves the name itself; connect by address with an explicit authority instead.
-    drop(resp);
     let c = reqwest::Client::builder().http2_prior_knowledge().resolve("hello.default.localhost", addr).build().expect("client");
     let resp = c.get(format!("http://hello.default.localhost:{}/", addr.port())).send().await.expect("h2c response");
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert_eq!(resp.text().await.expect("body"), "Hello World!\n");
+    let c = reqwest::Client::builder().http2_prior_knowledge().resolve("echo.default.localhost", addr).build().expect("client");
+    let resp = c.get(format!("http://echo.default.localhost:{}/h2", addr.port())).send().await.expect("h2c response");
+    let body = resp.text().await.expect("body");
+    assert!(body.contains(&format!("header: host: echo.default.localhost:{}", addr.port())), "the guest sees :authority as Host: {body}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
