@@ -208,7 +208,10 @@ impl PoolInner {
             Err(e) => {
                 state.mark_returned();
                 let _ = answer.send((CallOutcome::Failed(format!("could not start a fiber: {e}")), Duration::ZERO));
-                self.finish_call(None, permit);
+                // No fiber was created, so none is returned or dropped.
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.gauge_update();
+                drop(permit);
                 return;
             }
         };
@@ -229,13 +232,14 @@ impl PoolInner {
             }
             Disposition::Discard => {
                 self.metrics.discards.inc();
+                drop(fiber);
                 None
             }
         };
         self.finish_call(kept, permit);
     }
 
-    /// Returns a fiber (if kept) to the idle list, then frees the slot.
+    /// Returns a fiber (if kept; `None` means it was discarded) to the idle list, then frees the slot.
     fn finish_call(&self, fiber: Option<Fiber>, permit: OwnedSemaphorePermit) {
         match fiber {
             Some(f) => self.push_idle(f),
