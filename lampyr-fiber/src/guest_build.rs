@@ -69,7 +69,7 @@ impl GuestBuild {
 
     /// Runs `cargo build --release` and returns the guest ELF's path.
     /// `progress` receives one line per crate cargo compiles.
-    pub fn run(&self, progress: &dyn Fn(&str)) -> Result<PathBuf, GuestBuildError> {
+    pub fn run(&self, progress: &mut dyn FnMut(&str)) -> Result<PathBuf, GuestBuildError> {
         if !self.dir.join("Cargo.toml").is_file() {
             return Err(GuestBuildError::NotACrate(self.dir.clone()));
         }
@@ -116,7 +116,7 @@ impl GuestBuild {
     }
 
     /// Reports progress for one cargo JSON message; returns the executable it names.
-    fn read_message(&self, line: &str, progress: &dyn Fn(&str)) -> Option<(String, PathBuf)> {
+    fn read_message(&self, line: &str, progress: &mut dyn FnMut(&str)) -> Option<(String, PathBuf)> {
         let msg: serde_json::Value = serde_json::from_str(line).ok()?;
         if msg.get("reason")?.as_str()? != "compiler-artifact" {
             return None;

@@ -24,7 +24,7 @@ fn build_cached(key: String, build: GuestBuild) -> PathBuf {
         return path.clone();
     }
     let path = build
-        .run(&|_| {})
+        .run(&mut |_| {})
         .unwrap_or_else(|e| panic!("building guest {key} failed (run scripts/setup for the x86_64-unknown-none target): {e}"));
     built.insert(key, path.clone());
     path

@@ -74,12 +74,7 @@ pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<P
     ui.step(format!("building guest crate {}", guest.display()));
     let mut build = GuestBuild::new(guest);
     build.bin = bin;
-    let progress = std::sync::Mutex::new(Vec::new());
-    let elf = build.run(&|line| progress.lock().map(|mut v| v.push(line.to_string())).unwrap_or(()));
-    for line in progress.into_inner().unwrap_or_default() {
-        ui.step(format!("  {line}"));
-    }
-    Ok(elf?)
+    Ok(build.run(&mut |line| ui.step(format!("  {line}")))?)
 }
 
 /// Resolves a reference to a verified local layout, pulling registry
