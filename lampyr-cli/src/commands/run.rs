@@ -134,7 +134,7 @@ async fn load_all(
     let mut table = RouteTable::default();
     let mut served: Vec<Served> = Vec::new();
     for source in sources {
-        for service in read_services(&source.manifest)? {
+        for service in read_services(&source.manifest, ui)? {
             let ns = service.metadata.namespace.clone().unwrap_or_else(|| "default".into());
             let name = service.metadata.name.clone().ok_or_else(|| {
                 CliError::Usage(format!("{}: a Service without metadata.name", source.manifest.display()))
@@ -156,16 +156,19 @@ async fn load_all(
     Ok((table, served))
 }
 
-fn read_services(manifest: &Path) -> Result<Vec<Service>, CliError> {
+fn read_services(manifest: &Path, ui: &Mutex<Ui>) -> Result<Vec<Service>, CliError> {
     let text = std::fs::read_to_string(manifest).map_err(|e| CliError::Usage(format!("{}: {e}", manifest.display())))?;
     let docs = parse_manifests(&text, &manifest.display().to_string())?;
-    let services: Vec<Service> = docs
-        .into_iter()
-        .filter_map(|m| match m.object {
-            ManifestObject::Service(s) => Some(*s),
-            ManifestObject::Configuration(_) | ManifestObject::Other(_) => None,
-        })
-        .collect();
+    let mut services = Vec::new();
+    for doc in docs {
+        match doc.object {
+            ManifestObject::Service(s) => services.push(*s),
+            ManifestObject::Configuration(_) | ManifestObject::Other(_) => with_ui(ui, |ui| {
+                let name = doc.name().unwrap_or("(unnamed)");
+                ui.step(format!("{}: ignoring {} {name} (document {}): ly run serves Services", manifest.display(), doc.kind(), doc.document));
+            }),
+        }
+    }
     if services.is_empty() {
         return Err(CliError::Usage(format!("{}: no serving.knative.dev/v1 Service in it", manifest.display())));
     }
