@@ -12,14 +12,27 @@
 //! - [`names`]: Knative's child-name and Revision-name rules.
 //! - [`quantity`] and [`duration`]: Kubernetes quantities and Go durations, the
 //!   two value syntaxes the template's fields and annotations use.
+//! - [`conditions`]: Knative conditions and condition sets with upstream
+//!   semantics (`Ready` from its dependents, severity, ordering,
+//!   `lastTransitionTime`, `IsReady()`), and the Revision condition set.
+//! - [`status`]: the Revision status, wire-compatible with upstream.
+//! - [`fiber`]: Lampyr's own CRDs, `CapacityGrant` and `Home`
+//!   (`fiber.lampyr.dev/v1alpha1`), and their generated CRD YAML.
 
+pub mod conditions;
 pub mod duration;
+pub mod fiber;
 pub mod keys;
 pub mod manifest;
 pub mod names;
 pub mod quantity;
 pub mod serving;
+pub mod status;
 
+pub use conditions::{Condition, ConditionSet, ConditionSeverity, ConditionStatus, KnativeStatus};
+pub use fiber::{
+    CapacityGrant, CapacityGrantSpec, CapacityGrantStatus, Home, HomeSpec, HomeStatus,
+};
 pub use manifest::{
     Location, Manifest, ManifestError, ManifestErrorKind, ManifestObject, OtherObject,
     parse_manifests,
@@ -30,6 +43,7 @@ pub use serving::{
     Revision, RevisionSpec, RevisionTemplateSpec, SecurityContext, Service, ServiceSpec,
     TcpSocketAction, TrafficTarget,
 };
+pub use status::{ContainerStatus, RevisionStatus};
 
 /// Re-exported Kubernetes types used in this crate's public fields.
 pub mod k8s {

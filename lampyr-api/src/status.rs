@@ -1,0 +1,259 @@
+//! `serving.knative.dev/v1` Revision status, wire-compatible with upstream.
+//!
+//! [`RevisionStatus`] is upstream's `RevisionStatus`: the inlined
+//! `duckv1.Status` (`observedGeneration`, `conditions`, `annotations`) plus
+//! `logUrl`, `containerStatuses`, `initContainerStatuses`, `actualReplicas` and
+//! `desiredReplicas`. Empty fields are omitted as Go's `omitempty` omits them.
+//! There is no `serviceName`: upstream removed it.
+//!
+//! The `mark_*` helpers are upstream's `revision_lifecycle.go` helpers over
+//! [`revision::CONDITION_SET`],
+//! stamping transitions with the system clock; [`RevisionStatus::manage_with_clock`]
+//! gives a manager with another [`Clock`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::{Clock, Condition, ConditionManager, KnativeStatus, SystemClock, revision};
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// `Revision.status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    /// The `metadata.generation` last processed by the Revision reconciler (0 = none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
+    /// `Ready`, `ResourcesAvailable`, `ContainerHealthy`, `Active`, sorted by type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The logging URL generated for this Revision.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub log_url: String,
+    /// Container names and their resolved image digests (for Lampyr: the
+    /// snapshot artifact, `repo@sha256:…`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_statuses: Vec<ContainerStatus>,
+    /// The same for init containers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_container_statuses: Vec<ContainerStatus>,
+    /// Ready replicas (for Lampyr: warm fibers) running this Revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual_replicas: Option<i32>,
+    /// Replicas (fibers) the Revision should have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+}
+
+/// One entry of `containerStatuses`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    /// The container's name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The image resolved to a digest: `repo@sha256:…`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image_digest: String,
+}
+
+impl KnativeStatus for RevisionStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+
+    fn observed_generation(&self) -> i64 {
+        self.observed_generation
+    }
+
+    fn set_observed_generation(&mut self, generation: i64) {
+        self.observed_generation = generation;
+    }
+}
+
+impl RevisionStatus {
+    /// A condition manager over the Revision condition set (system clock).
+    pub fn manage(&mut self) -> ConditionManager<'_, SystemClock> {
+        revision::CONDITION_SET.manage(&mut self.conditions)
+    }
+
+    /// A condition manager over the Revision condition set with `clock`.
+    pub fn manage_with_clock<C: Clock>(&mut self, clock: C) -> ConditionManager<'_, C> {
+        revision::CONDITION_SET.manage_with_clock(&mut self.conditions, clock)
+    }
+
+    /// Unset `Ready`, `ResourcesAvailable` and `ContainerHealthy` become `Unknown`.
+    pub fn initialize_conditions(&mut self) {
+        self.manage().initialize_conditions();
+    }
+
+    /// `Active` True.
+    pub fn mark_active_true(&mut self) {
+        self.manage().mark_true(revision::ACTIVE);
+    }
+
+    /// `Active` False (e.g. [`revision::REASON_NO_TRAFFIC`]).
+    pub fn mark_active_false(&mut self, reason: &str, message: &str) {
+        self.manage().mark_false(revision::ACTIVE, reason, message);
+    }
+
+    /// `Active` Unknown (e.g. [`revision::REASON_QUEUED`]).
+    pub fn mark_active_unknown(&mut self, reason: &str, message: &str) {
+        self.manage()
+            .mark_unknown(revision::ACTIVE, reason, message);
+    }
+
+    /// `ContainerHealthy` True.
+    pub fn mark_container_healthy_true(&mut self) {
+        self.manage().mark_true(revision::CONTAINER_HEALTHY);
+    }
+
+    /// `ContainerHealthy` False (e.g. [`revision::exit_code_reason`]).
+    pub fn mark_container_healthy_false(&mut self, reason: &str, message: &str) {
+        self.manage()
+            .mark_false(revision::CONTAINER_HEALTHY, reason, message);
+    }
+
+    /// `ContainerHealthy` Unknown (e.g. [`revision::REASON_DEPLOYING`]).
+    pub fn mark_container_healthy_unknown(&mut self, reason: &str, message: &str) {
+        self.manage()
+            .mark_unknown(revision::CONTAINER_HEALTHY, reason, message);
+    }
+
+    /// `ResourcesAvailable` True.
+    pub fn mark_resources_available_true(&mut self) {
+        self.manage().mark_true(revision::RESOURCES_AVAILABLE);
+    }
+
+    /// `ResourcesAvailable` False (e.g. [`revision::REASON_NOT_OWNED`]).
+    pub fn mark_resources_available_false(&mut self, reason: &str, message: &str) {
+        self.manage()
+            .mark_false(revision::RESOURCES_AVAILABLE, reason, message);
+    }
+
+    /// `ResourcesAvailable` Unknown (e.g. [`revision::REASON_DEPLOYING`]).
+    pub fn mark_resources_available_unknown(&mut self, reason: &str, message: &str) {
+        self.manage()
+            .mark_unknown(revision::RESOURCES_AVAILABLE, reason, message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::conditions::{CONDITION_READY, ConditionSeverity};
+
+    /// A Revision status as the upstream reconciler writes it.
+    fn upstream() -> serde_json::Value {
+        json!({
+            "observedGeneration": 1,
+            "conditions": [
+                {"type": "Active", "status": "False", "severity": "Info",
+                 "lastTransitionTime": "2024-07-16T08:22:20Z",
+                 "reason": "NoTraffic", "message": "The target is not receiving traffic."},
+                {"type": "ContainerHealthy", "status": "True",
+                 "lastTransitionTime": "2024-07-16T08:21:59Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2024-07-16T08:21:59Z"},
+                {"type": "ResourcesAvailable", "status": "True",
+                 "lastTransitionTime": "2024-07-16T08:21:59Z"}
+            ],
+            "logUrl": "http://logs.example/rev",
+            "containerStatuses": [
+                {"name": "user-container",
+                 "imageDigest": "registry.local/hello@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+            ],
+            "actualReplicas": 0,
+            "desiredReplicas": 0
+        })
+    }
+
+    #[test]
+    fn round_trips_upstream_status_without_loss() {
+        let value = upstream();
+        let status: RevisionStatus = serde_json::from_value(value.clone()).expect("parse");
+        assert_eq!(status.observed_generation, 1);
+        assert_eq!(status.actual_replicas, Some(0));
+        assert_eq!(status.conditions.len(), 4);
+        assert_eq!(serde_json::to_value(&status).expect("serialize"), value);
+        assert!(status.is_ready(Some(1)));
+        assert!(!status.is_ready(Some(2)));
+    }
+
+    #[test]
+    fn empty_status_serializes_to_an_empty_object() {
+        assert_eq!(
+            serde_json::to_string(&RevisionStatus::default()).expect("serialize"),
+            "{}"
+        );
+    }
+
+    #[test]
+    fn no_service_name_on_the_wire() {
+        let mut status: RevisionStatus =
+            serde_json::from_value(json!({"serviceName": "old", "observedGeneration": 2}))
+                .expect("parse");
+        status.initialize_conditions();
+        let out = serde_json::to_value(&status).expect("serialize");
+        assert!(out.get("serviceName").is_none());
+        assert_eq!(out["observedGeneration"], 2);
+    }
+
+    #[test]
+    fn lifecycle_like_upstream() {
+        let mut status = RevisionStatus::default();
+        status.initialize_conditions();
+        status.mark_resources_available_unknown(revision::REASON_DEPLOYING, "");
+        status.mark_container_healthy_unknown(revision::REASON_DEPLOYING, "");
+        status.mark_active_unknown(revision::REASON_DEPLOYING, "");
+        let ready = status.get_condition(CONDITION_READY).expect("ready");
+        assert!(ready.is_unknown());
+        assert_eq!(ready.reason, revision::REASON_DEPLOYING);
+        assert_eq!(
+            status.get_condition(revision::ACTIVE).map(|c| c.severity),
+            Some(ConditionSeverity::Info)
+        );
+
+        status.mark_resources_available_true();
+        status.mark_container_healthy_true();
+        status.mark_active_false(revision::REASON_NO_TRAFFIC, revision::MESSAGE_NO_TRAFFIC);
+        status.set_observed_generation(1);
+        assert!(
+            status.is_ready(Some(1)),
+            "scaled to zero is still Ready: {status:?}"
+        );
+
+        status.mark_container_healthy_false(
+            &revision::exit_code_reason(1),
+            &revision::container_exiting_message("boom"),
+        );
+        let ready = status.get_condition(CONDITION_READY).expect("ready");
+        assert!(ready.is_false());
+        assert_eq!(ready.reason, "ExitCode1");
+        assert_eq!(ready.message, "Container failed with: boom");
+        assert!(status.is_failed(Some(1)));
+
+        status.mark_resources_available_false(
+            revision::REASON_PROGRESS_DEADLINE_EXCEEDED,
+            revision::MESSAGE_INITIAL_SCALE_NEVER_ACHIEVED,
+        );
+        assert_eq!(
+            status
+                .get_condition(CONDITION_READY)
+                .map(|c| c.reason.as_str()),
+            Some(revision::REASON_PROGRESS_DEADLINE_EXCEEDED)
+        );
+    }
+}
