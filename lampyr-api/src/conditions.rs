@@ -180,6 +180,31 @@ pub fn is_failed(
         && get_condition(conditions, CONDITION_READY).is_some_and(Condition::is_false)
 }
 
+/// Implements [`KnativeStatus`] for a status struct with `conditions: Vec<Condition>`
+/// and `observed_generation: i64` fields.
+#[macro_export]
+macro_rules! impl_knative_status {
+    ($status:ty) => {
+        impl $crate::conditions::KnativeStatus for $status {
+            fn conditions(&self) -> &[$crate::conditions::Condition] {
+                &self.conditions
+            }
+
+            fn conditions_mut(&mut self) -> &mut Vec<$crate::conditions::Condition> {
+                &mut self.conditions
+            }
+
+            fn observed_generation(&self) -> i64 {
+                self.observed_generation
+            }
+
+            fn set_observed_generation(&mut self, generation: i64) {
+                self.observed_generation = generation;
+            }
+        }
+    };
+}
+
 /// A status with Knative conditions and an observed generation (the
 /// `duckv1.Status` shape).
 pub trait KnativeStatus {

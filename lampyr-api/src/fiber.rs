@@ -20,7 +20,7 @@ use kube::core::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::{Condition, ConditionSet, KnativeStatus};
+use crate::conditions::{Condition, ConditionSet};
 
 /// The API group of Lampyr's resources.
 pub const FIBER_GROUP: &str = "fiber.lampyr.dev";
@@ -155,23 +155,7 @@ pub struct CapacityGrantStatus {
     pub allocated_slots: i32,
 }
 
-impl KnativeStatus for CapacityGrantStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-
-    fn observed_generation(&self) -> i64 {
-        self.observed_generation
-    }
-
-    fn set_observed_generation(&mut self, generation: i64) {
-        self.observed_generation = generation;
-    }
-}
+crate::impl_knative_status!(CapacityGrantStatus);
 
 /// CapacityGrant conditions.
 pub mod capacity_grant {
@@ -303,23 +287,7 @@ pub struct HomeInstance {
     pub warm_fibers: i32,
 }
 
-impl KnativeStatus for HomeStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-
-    fn observed_generation(&self) -> i64 {
-        self.observed_generation
-    }
-
-    fn set_observed_generation(&mut self, generation: i64) {
-        self.observed_generation = generation;
-    }
-}
+crate::impl_knative_status!(HomeStatus);
 
 /// Home conditions.
 pub mod home {
@@ -356,6 +324,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::conditions::KnativeStatus;
 
     const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::{Clock, Condition, ConditionManager, KnativeStatus, SystemClock, revision};
+use crate::conditions::{Clock, Condition, ConditionManager, SystemClock, revision};
 
 fn is_zero(n: &i64) -> bool {
     *n == 0
@@ -64,23 +64,7 @@ pub struct ContainerStatus {
     pub image_digest: String,
 }
 
-impl KnativeStatus for RevisionStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-
-    fn observed_generation(&self) -> i64 {
-        self.observed_generation
-    }
-
-    fn set_observed_generation(&mut self, generation: i64) {
-        self.observed_generation = generation;
-    }
-}
+crate::impl_knative_status!(RevisionStatus);
 
 impl RevisionStatus {
     /// A condition manager over the Revision condition set (system clock).
@@ -154,6 +138,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::conditions::KnativeStatus;
     use crate::conditions::{CONDITION_READY, ConditionSeverity};
 
     /// A Revision status as the upstream reconciler writes it.
