@@ -78,11 +78,11 @@ pub struct BuiltArtifact {
     pub metadata: FiberMetadata,
 }
 
-/// Boots `elf` in a sandbox sized by `opts`, checks it speaks Lampyr's ABI,
-/// runs its `init`, and returns the evolved sandbox.
-pub fn boot_guest(elf: &[u8], opts: &BuildOptions) -> Result<Sandbox, ArtifactError> {
-    let s = opts.sizes();
-    let mut sandbox = SandboxBuilder::from_bytes(elf.to_vec())
+/// `builder` with Lampyr's sizes and host functions. Building from a snapshot
+/// takes the sizes from the snapshot; giving the same ones keeps Hyperlight
+/// from warning about overridden settings.
+pub fn lampyr_builder(builder: SandboxBuilder, s: &SandboxSizes) -> SandboxBuilder {
+    builder
         .heap_size(s.heap)
         .scratch_size(s.scratch as usize)
         .h2g_buffer_size(s.buffer as usize)
@@ -90,6 +90,12 @@ pub fn boot_guest(elf: &[u8], opts: &BuildOptions) -> Result<Sandbox, ArtifactEr
         .h2g_pool_pages(s.pool_pages as usize)
         .g2h_pool_pages(s.pool_pages as usize)
         .host_print(crate::runtime::host::guest_print)
+}
+
+/// Boots `elf` in a sandbox sized by `opts`, checks it speaks Lampyr's ABI,
+/// runs its `init`, and returns the evolved sandbox.
+pub fn boot_guest(elf: &[u8], opts: &BuildOptions) -> Result<Sandbox, ArtifactError> {
+    let mut sandbox = lampyr_builder(SandboxBuilder::from_bytes(elf.to_vec()), &opts.sizes())
         .build()
         .map_err(|e| ArtifactError::hyperlight("booting the guest ELF", e))?;
     let not_lampyr = |reason: String| ArtifactError::NotALampyrGuest { expected: ABI_VERSION, reason };

@@ -7,14 +7,14 @@ use hyperlight_host::sandbox::snapshot::{OciDigest, Snapshot};
 use hyperlight_host::{Sandbox, SandboxBuilder};
 use lampyr_abi::{CONFIGURE_FUNCTION, Env, Limits, encode_env};
 
-use super::host::guest_print;
-use crate::artifact::build::{BuildOptions, boot_guest};
+use crate::artifact::build::{BuildOptions, SandboxSizes, boot_guest, lampyr_builder};
 use crate::artifact::{ArtifactError, FiberMetadata, PlatformFit, VerifiedArtifact};
 
 /// The snapshot fibers of one Revision are restored from, and its limits.
 pub struct Template {
     snapshot: Arc<Snapshot>,
     metadata: FiberMetadata,
+    sizes: SandboxSizes,
     digest: String,
 }
 
@@ -32,8 +32,9 @@ impl Template {
                 reboot_from_elf(artifact)?
             }
         };
-        let snapshot = if env.vars.is_empty() { base } else { apply_env(base, env)? };
-        Ok(Template { snapshot, metadata: artifact.metadata.clone(), digest: artifact.digest.clone() })
+        let sizes = build_options(&artifact.metadata).sizes();
+        let snapshot = if env.vars.is_empty() { base } else { apply_env(base, env, &sizes)? };
+        Ok(Template { snapshot, metadata: artifact.metadata.clone(), sizes, digest: artifact.digest.clone() })
     }
 
     /// The snapshot fibers are built from and restored to.
@@ -58,13 +59,18 @@ impl Template {
 
     /// A new sandbox from the template; no guest code runs.
     pub fn new_sandbox(&self) -> Result<Sandbox, hyperlight_host::HyperlightError> {
-        sandbox_from(&self.snapshot)
+        sandbox_from(&self.snapshot, &self.sizes)
     }
 }
 
 /// A sandbox from `snapshot` with Lampyr's host functions.
-fn sandbox_from(snapshot: &Arc<Snapshot>) -> Result<Sandbox, hyperlight_host::HyperlightError> {
-    SandboxBuilder::from_snapshot(Arc::clone(snapshot)).host_print(guest_print).build()
+fn sandbox_from(snapshot: &Arc<Snapshot>, sizes: &SandboxSizes) -> Result<Sandbox, hyperlight_host::HyperlightError> {
+    lampyr_builder(SandboxBuilder::from_snapshot(Arc::clone(snapshot)), sizes).build()
+}
+
+/// The build options an artifact's metadata records.
+fn build_options(m: &FiberMetadata) -> BuildOptions {
+    BuildOptions { max_body: m.max_request_body, heap_size: Some(m.heap_size) }
 }
 
 fn load_snapshot(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, ArtifactError> {
@@ -78,13 +84,12 @@ fn load_snapshot(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, ArtifactE
 
 fn reboot_from_elf(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, ArtifactError> {
     let elf = std::fs::read(&artifact.guest_elf).map_err(|e| ArtifactError::io(&artifact.guest_elf, e))?;
-    let opts = BuildOptions { max_body: artifact.metadata.max_request_body, heap_size: Some(artifact.metadata.heap_size) };
-    let mut sandbox = boot_guest(&elf, &opts)?;
+    let mut sandbox = boot_guest(&elf, &build_options(&artifact.metadata))?;
     sandbox.snapshot().map_err(|e| ArtifactError::hyperlight("snapshotting the rebooted guest", e))
 }
 
-fn apply_env(base: Arc<Snapshot>, env: &Env) -> Result<Arc<Snapshot>, ArtifactError> {
-    let mut sandbox = sandbox_from(&base)
+fn apply_env(base: Arc<Snapshot>, env: &Env, sizes: &SandboxSizes) -> Result<Arc<Snapshot>, ArtifactError> {
+    let mut sandbox = sandbox_from(&base, sizes)
         .map_err(|e| ArtifactError::hyperlight("creating a sandbox to apply the environment", e))?;
     let refusal: String = sandbox
         .call(CONFIGURE_FUNCTION, encode_env(env))
