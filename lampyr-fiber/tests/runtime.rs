@@ -174,6 +174,8 @@ async fn warm_size_grows_and_shrinks_to_zero() {
     pool.set_desired(5).await.expect("grows");
     assert_eq!((pool.stats().live, pool.stats().idle, pool.stats().desired), (3, 3, 3), "capped at max_fibers");
     pool.invoke(get("/"), in_secs(30)).await.expect("answers from a warm fiber");
+    // The fiber is restored after its answer; busy fibers are never dropped.
+    wait_for(|| pool.stats().in_flight == 0).await;
     pool.set_desired(0).await.expect("shrinks");
     assert_eq!(pool.stats().live, 0);
     pool.invoke(get("/"), in_secs(30)).await.expect("cold start from zero");
