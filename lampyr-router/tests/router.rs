@@ -173,12 +173,25 @@ async fn limits_timeouts_and_a_crashing_revision_do_not_hurt_the_others() {
         Rev { name: "panic-00001", artifact: panic, env: vec![], policy: policy(1, Duration::from_secs(30)), queue: 4 },
         Rev { name: "hello-00001", artifact: hello, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 4 },
     ];
+    let mut spin_backend = None;
     for rev in revs {
         let svc = rev.name.trim_end_matches("-00001").to_string();
         let name = rev.name.to_string();
-        table.insert_revision(entry(rev, &metrics).await.0);
+        let (e, backend) = entry(rev, &metrics).await;
+        if svc == "spin" {
+            spin_backend = Some(backend);
+        }
+        table.insert_revision(e);
         table.insert_service(ServiceRoute { namespace: "default".into(), name: svc, traffic: vec![(name, 100)] });
     }
+    let spin_backend = spin_backend.expect("spin revision");
+    let wait_for = |what: &'static str, cond: Box<dyn Fn() -> bool + Send>| async move {
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(std::time::Instant::now() < until, "never reached: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
     let (_router, addr) = serve(table).await;
     let c = client();
 
@@ -187,12 +200,14 @@ async fn limits_timeouts_and_a_crashing_revision_do_not_hurt_the_others() {
         let c = c.clone();
         async move { get(&c, addr, "spin.default.localhost", "/loop").await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = Arc::clone(&spin_backend);
+    wait_for("the loop request runs", Box::new(move || b.pool().stats().in_flight == 1)).await;
     let queued = tokio::spawn({
         let c = c.clone();
         async move { get(&c, addr, "spin.default.localhost", "/").await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = Arc::clone(&spin_backend);
+    wait_for("the second request waits", Box::new(move || b.pool().stats().queued == 1)).await;
     let shed = c.get(format!("http://{addr}/")).header("host", "spin.default.localhost").send().await.expect("response");
     assert_eq!(shed.status().as_u16(), 503);
     assert_eq!(shed.headers().get("retry-after").map(|v| v.as_bytes()), Some(b"1".as_slice()));
@@ -300,7 +315,7 @@ async fn shutdown_stops_accepting_and_drains_requests_in_flight() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spin = artifact(test_guest_elf("spin"), &dir, "spin");
     let metrics = RuntimeMetrics::default();
-    let (e, _backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 4 }, &metrics).await;
+    let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 4 }, &metrics).await;
     let mut table = RouteTable::default();
     table.insert_revision(e);
     table.insert_service(ServiceRoute { namespace: "default".into(), name: "spin".into(), traffic: vec![("spin-00001".into(), 100)] });
@@ -313,7 +328,11 @@ async fn shutdown_stops_accepting_and_drains_requests_in_flight() {
         let _ = stopped.await;
     }));
     let in_flight = tokio::spawn(async move { get(&client(), addr, "spin.default.localhost", "/loop").await.0 });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while backend.pool().stats().in_flight == 0 {
+        assert!(std::time::Instant::now() < until, "the request never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     stop.send(()).expect("signal");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no new connections after shutdown starts");
