@@ -78,15 +78,7 @@ pub fn parse_go_duration(text: &str) -> Result<GoDuration, DurationError> {
     let limit: u128 = if negative { 1 << 63 } else { (1 << 63) - 1 };
     let mut total: u128 = 0;
     while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (int_part, after) = rest.split_at(int_len);
-        let (frac_part, after) = match after.strip_prefix('.') {
-            Some(after) => {
-                let n = after.bytes().take_while(u8::is_ascii_digit).count();
-                after.split_at(n)
-            }
-            None => ("", after),
-        };
+        let (int_part, frac_part, after) = crate::quantity::split_decimal(rest);
         if int_part.is_empty() && frac_part.is_empty() {
             return Err(syntax());
         }

@@ -59,15 +59,7 @@ pub fn parse_quantity(text: &str) -> Result<ParsedQuantity, QuantityError> {
         Some(b'+') => (false, &text[1..]),
         _ => (false, text),
     };
-    let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-    let (int_part, after) = rest.split_at(int_len);
-    let (frac_part, suffix) = match after.strip_prefix('.') {
-        Some(after) => {
-            let n = after.bytes().take_while(u8::is_ascii_digit).count();
-            after.split_at(n)
-        }
-        None => ("", after),
-    };
+    let (int_part, frac_part, suffix) = split_decimal(rest);
     if int_part.is_empty() && frac_part.is_empty() {
         return Err(syntax());
     }
@@ -148,6 +140,20 @@ pub fn parse_quantity(text: &str) -> Result<ParsedQuantity, QuantityError> {
         numerator,
         denominator,
     })
+}
+
+/// Splits `digits[.digits]rest` into its integer digits, fraction digits and the rest.
+pub(crate) fn split_decimal(text: &str) -> (&str, &str, &str) {
+    let int_len = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (int_part, after) = text.split_at(int_len);
+    match after.strip_prefix('.') {
+        Some(after) => {
+            let n = after.bytes().take_while(u8::is_ascii_digit).count();
+            let (frac_part, rest) = after.split_at(n);
+            (int_part, frac_part, rest)
+        }
+        None => (int_part, "", after),
+    }
 }
 
 #[cfg(test)]
