@@ -65,6 +65,22 @@ async fn serve(table: RouteTable) -> (Arc<Router>, SocketAddr) {
     (router, addr)
 }
 
+/// Adds `entry` and a Service `service` that sends it all traffic.
+fn add_sole_revision(table: &mut RouteTable, service: &str, entry: RevisionEntry) {
+    let revision = entry.name.clone();
+    table.insert_revision(entry);
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: service.into(), traffic: vec![(revision, 100)] });
+}
+
+/// Polls `cond` until it holds; fails naming `what` after `limit`.
+async fn wait_until(what: &str, limit: Duration, cond: impl Fn() -> bool) {
+    let until = std::time::Instant::now() + limit;
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "not reached within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client")
 }
@@ -144,11 +160,9 @@ async fn h2c_is_served() {
     let metrics = RuntimeMetrics::default();
     let mut table = RouteTable::default();
     let rev = Rev { name: "hello-00001", artifact: hello, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 8 };
-    table.insert_revision(entry(rev, &metrics).await.0);
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: "hello".into(), traffic: vec![("hello-00001".into(), 100)] });
+    add_sole_revision(&mut table, "hello", entry(rev, &metrics).await.0);
     let rev = Rev { name: "echo-00001", artifact: echo, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 8 };
-    table.insert_revision(entry(rev, &metrics).await.0);
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: "echo".into(), traffic: vec![("echo-00001".into(), 100)] });
+    add_sole_revision(&mut table, "echo", entry(rev, &metrics).await.0);
     let (_router, addr) = serve(table).await;
     let c = reqwest::Client::builder().http2_prior_knowledge().resolve("hello.default.localhost", addr).build().expect("client");
     let resp = c.get(format!("http://hello.default.localhost:{}/", addr.port())).send().await.expect("h2c response");
@@ -176,22 +190,13 @@ async fn limits_timeouts_and_a_crashing_revision_do_not_hurt_the_others() {
     let mut spin_backend = None;
     for rev in revs {
         let svc = rev.name.trim_end_matches("-00001").to_string();
-        let name = rev.name.to_string();
         let (e, backend) = entry(rev, &metrics).await;
         if svc == "spin" {
             spin_backend = Some(backend);
         }
-        table.insert_revision(e);
-        table.insert_service(ServiceRoute { namespace: "default".into(), name: svc, traffic: vec![(name, 100)] });
+        add_sole_revision(&mut table, &svc, e);
     }
-    let spin_backend = spin_backend.expect("spin revision");
-    let wait_for = |what: &'static str, cond: Box<dyn Fn() -> bool + Send>| async move {
-        let until = std::time::Instant::now() + Duration::from_secs(30);
-        while !cond() {
-            assert!(std::time::Instant::now() < until, "never reached: {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    };
+    let spin = spin_backend.expect("spin revision");
     let (_router, addr) = serve(table).await;
     let c = client();
 
@@ -200,14 +205,12 @@ async fn limits_timeouts_and_a_crashing_revision_do_not_hurt_the_others() {
         let c = c.clone();
         async move { get(&c, addr, "spin.default.localhost", "/loop").await }
     });
-    let b = Arc::clone(&spin_backend);
-    wait_for("the loop request runs", Box::new(move || b.pool().stats().in_flight == 1)).await;
+    wait_until("the loop request runs", Duration::from_secs(30), || spin.pool().stats().in_flight == 1).await;
     let queued = tokio::spawn({
         let c = c.clone();
         async move { get(&c, addr, "spin.default.localhost", "/").await }
     });
-    let b = Arc::clone(&spin_backend);
-    wait_for("the second request waits", Box::new(move || b.pool().stats().queued == 1)).await;
+    wait_until("the second request waits", Duration::from_secs(30), || spin.pool().stats().queued == 1).await;
     let shed = c.get(format!("http://{addr}/")).header("host", "spin.default.localhost").send().await.expect("response");
     assert_eq!(shed.status().as_u16(), 503);
     assert_eq!(shed.headers().get("retry-after").map(|v| v.as_bytes()), Some(b"1".as_slice()));
@@ -236,8 +239,7 @@ async fn scales_from_zero_on_the_first_request_and_back_after_the_grace_period()
     p.scaling.initial_scale = 0;
     let (e, backend) = entry(Rev { name: "hello-00001", artifact: hello, env: vec![], policy: p, queue: 8 }, &metrics).await;
     let mut table = RouteTable::default();
-    table.insert_revision(e);
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: "hello".into(), traffic: vec![("hello-00001".into(), 100)] });
+    add_sole_revision(&mut table, "hello", e);
     let (_router, addr) = serve(table).await;
     assert_eq!(backend.pool().stats().live, 0, "initial-scale 0 starts at zero");
 
@@ -245,11 +247,7 @@ async fn scales_from_zero_on_the_first_request_and_back_after_the_grace_period()
     assert_eq!((status, body.as_str()), (200, "Hello World!\n"));
     assert!(backend.pool().stats().live >= 1, "woken by the first request");
 
-    let until = std::time::Instant::now() + Duration::from_secs(20);
-    while backend.pool().stats().live > 0 {
-        assert!(std::time::Instant::now() < until, "not back to zero: {:?}", backend.pool().stats());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("back to zero fibers", Duration::from_secs(20), || backend.pool().stats().live == 0).await;
     let (_, text) = get(&client(), addr, "localhost", "/metrics").await;
     assert!(text.contains("lampyr_router_cold_starts_total{namespace=\"default\",revision=\"hello-00001\"} 1"), "{text}");
 }
@@ -261,8 +259,7 @@ async fn a_client_that_disconnects_frees_its_fiber() {
     let metrics = RuntimeMetrics::default();
     let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(1, Duration::from_secs(300)), queue: 4 }, &metrics).await;
     let mut table = RouteTable::default();
-    table.insert_revision(e);
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: "spin".into(), traffic: vec![("spin-00001".into(), 100)] });
+    add_sole_revision(&mut table, "spin", e);
     let (_router, addr) = serve(table).await;
 
     let c = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().expect("client");
@@ -271,11 +268,7 @@ async fn a_client_that_disconnects_frees_its_fiber() {
     let (status, body) = get(&client(), addr, "spin.default.localhost", "/").await;
     assert_eq!((status, body.as_str()), (200, "not looping\n"), "the only fiber was freed");
     // The fiber is restored after its answer is sent; wait for that to finish.
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    while backend.pool().stats().in_flight != 0 {
-        assert!(std::time::Instant::now() < until, "still busy: {:?}", backend.pool().stats());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the fiber is idle again", Duration::from_secs(5), || backend.pool().stats().in_flight == 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -285,8 +278,7 @@ async fn in_flight_requests_never_exceed_the_fiber_limit() {
     let metrics = RuntimeMetrics::default();
     let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 8 }, &metrics).await;
     let mut table = RouteTable::default();
-    table.insert_revision(e);
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: "spin".into(), traffic: vec![("spin-00001".into(), 100)] });
+    add_sole_revision(&mut table, "spin", e);
     let (_router, addr) = serve(table).await;
     let c = client();
     let calls: Vec<_> = (0..5)
@@ -317,8 +309,7 @@ async fn shutdown_stops_accepting_and_drains_requests_in_flight() {
     let metrics = RuntimeMetrics::default();
     let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 4 }, &metrics).await;
     let mut table = RouteTable::default();
-    table.insert_revision(e);
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: "spin".into(), traffic: vec![("spin-00001".into(), 100)] });
+    add_sole_revision(&mut table, "spin", e);
     let router = Router::new(RouterConfig { drain_timeout: Duration::from_secs(10), ..RouterConfig::default() }, Registry::default());
     router.set_table(table);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -328,11 +319,7 @@ async fn shutdown_stops_accepting_and_drains_requests_in_flight() {
         let _ = stopped.await;
     }));
     let in_flight = tokio::spawn(async move { get(&client(), addr, "spin.default.localhost", "/loop").await.0 });
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    while backend.pool().stats().in_flight == 0 {
-        assert!(std::time::Instant::now() < until, "the request never started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until("the request started", Duration::from_secs(30), || backend.pool().stats().in_flight > 0).await;
     stop.send(()).expect("signal");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no new connections after shutdown starts");
