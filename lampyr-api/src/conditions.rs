@@ -181,11 +181,13 @@ pub fn is_failed(
 }
 
 /// Implements [`KnativeStatus`] for a status struct with `conditions: Vec<Condition>`
-/// and `observed_generation: i64` fields.
+/// and `observed_generation: i64` fields, whose conditions follow `$set`.
 #[macro_export]
 macro_rules! impl_knative_status {
-    ($status:ty) => {
+    ($status:ty, $set:expr) => {
         impl $crate::conditions::KnativeStatus for $status {
+            const CONDITION_SET: $crate::conditions::ConditionSet = $set;
+
             fn conditions(&self) -> &[$crate::conditions::Condition] {
                 &self.conditions
             }
@@ -206,8 +208,11 @@ macro_rules! impl_knative_status {
 }
 
 /// A status with Knative conditions and an observed generation (the
-/// `duckv1.Status` shape).
+/// `duckv1.Status` shape), and the condition set its conditions follow.
 pub trait KnativeStatus {
+    /// The condition set of this status (upstream `GetConditionSet()`).
+    const CONDITION_SET: ConditionSet;
+
     /// The conditions.
     fn conditions(&self) -> &[Condition];
     /// The conditions, for a [`ConditionManager`].
@@ -231,6 +236,21 @@ pub trait KnativeStatus {
     /// `Ready` is `False` and `observedGeneration == generation`.
     fn is_failed(&self, generation: Option<i64>) -> bool {
         is_failed(self.conditions(), self.observed_generation(), generation)
+    }
+
+    /// A manager over the conditions under [`Self::CONDITION_SET`] (system clock).
+    fn manage(&mut self) -> ConditionManager<'_, SystemClock> {
+        self.manage_with_clock(SystemClock)
+    }
+
+    /// A manager over the conditions under [`Self::CONDITION_SET`] with `clock`.
+    fn manage_with_clock<C: Clock>(&mut self, clock: C) -> ConditionManager<'_, C> {
+        Self::CONDITION_SET.manage_with_clock(self.conditions_mut(), clock)
+    }
+
+    /// Unset terminal conditions become `Unknown` (upstream `InitializeConditions()`).
+    fn initialize_conditions(&mut self) {
+        self.manage().initialize_conditions();
     }
 }
 
@@ -327,7 +347,7 @@ impl ConditionSet {
 
     /// A manager over `conditions` that stamps transitions with the system clock.
     pub fn manage<'a>(
-        &'a self,
+        &self,
         conditions: &'a mut Vec<Condition>,
     ) -> ConditionManager<'a, SystemClock> {
         self.manage_with_clock(conditions, SystemClock)
@@ -335,12 +355,12 @@ impl ConditionSet {
 
     /// A manager over `conditions` that stamps transitions with `clock`.
     pub fn manage_with_clock<'a, C: Clock>(
-        &'a self,
+        &self,
         conditions: &'a mut Vec<Condition>,
         clock: C,
     ) -> ConditionManager<'a, C> {
         ConditionManager {
-            set: self,
+            set: *self,
             conditions,
             clock,
         }
@@ -349,7 +369,7 @@ impl ConditionSet {
 
 /// Higher-order operations on a status's conditions under a [`ConditionSet`].
 pub struct ConditionManager<'a, C: Clock = SystemClock> {
-    set: &'a ConditionSet,
+    set: ConditionSet,
     conditions: &'a mut Vec<Condition>,
     clock: C,
 }
@@ -357,7 +377,7 @@ pub struct ConditionManager<'a, C: Clock = SystemClock> {
 impl<C: Clock> fmt::Debug for ConditionManager<'_, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConditionManager")
-            .field("set", self.set)
+            .field("set", &self.set)
             .field("conditions", &self.conditions)
             .finish_non_exhaustive()
     }
@@ -467,6 +487,17 @@ impl<C: Clock> ConditionManager<'_, C> {
         }
     }
 
+    /// Sets `type_` from a child object's `Ready` condition, as upstream's
+    /// `Propagate*Status` helpers do: `True` marks it `True` (no reason),
+    /// `False` and `Unknown` copy the child's reason and message.
+    pub fn propagate(&mut self, type_: &str, from: &Condition) {
+        match from.status {
+            ConditionStatus::True => self.mark_true(type_),
+            ConditionStatus::False => self.mark_false(type_, &from.reason, &from.message),
+            ConditionStatus::Unknown => self.mark_unknown(type_, &from.reason, &from.message),
+        }
+    }
+
     /// Sets the happy condition to `Unknown` if it is unset, then every unset
     /// dependent to `Unknown` — or to `True` if the happy condition is `True`
     /// (a happy resource implies happy dependents). Set conditions are kept.
@@ -488,7 +519,7 @@ impl<C: Clock> ConditionManager<'_, C> {
         } else {
             ConditionStatus::Unknown
         };
-        let set = *self.set;
+        let set = self.set;
         for d in set.dependents() {
             if self.get_condition(d).is_none() {
                 self.set_condition(self.condition(d, status, "", ""));
@@ -556,11 +587,31 @@ impl<C: Clock> ConditionManager<'_, C> {
     }
 }
 
+/// The reason upstream gives when an object it would create or update exists
+/// but is owned by another object (any resource's condition).
+pub const REASON_NOT_OWNED: &str = "NotOwned";
+
+/// Upstream's "not owned" message, the message of [`REASON_NOT_OWNED`]:
+/// `kind` is e.g. `Configuration`, `Service` or `placeholder Service`.
+pub fn resource_not_owned_message(kind: &str, name: &str) -> String {
+    format!(
+        "There is an existing {kind} {} that we do not own.",
+        go_quote(name)
+    )
+}
+
+/// Go's `%q` for the strings that appear in messages: JSON string quoting
+/// matches it for printable text.
+fn go_quote(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
 /// The Revision condition set and the reasons upstream reports
 /// (`knative.dev/serving/pkg/apis/serving/v1/revision_lifecycle.go`, and the
 /// PodAutoscaler reasons the Revision copies into `Active`).
 pub mod revision {
-    use super::ConditionSet;
+    use super::{ConditionSet, go_quote};
+    pub use super::{REASON_NOT_OWNED, resource_not_owned_message};
 
     /// The Revision's resources (for Lampyr: grant capacity, Home, fibers) are available.
     pub const RESOURCES_AVAILABLE: &str = "ResourcesAvailable";
@@ -578,8 +629,6 @@ pub mod revision {
     pub const REASON_DEPLOYING: &str = "Deploying";
     /// Unknown while image digests (for Lampyr: the snapshot artifact) are being resolved.
     pub const REASON_RESOLVING_DIGESTS: &str = "ResolvingDigests";
-    /// False `ResourcesAvailable`: a resource the Revision needs exists and is owned by another object.
-    pub const REASON_NOT_OWNED: &str = "NotOwned";
     /// False `ResourcesAvailable`: initial scale was never achieved within the progress deadline.
     pub const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
     /// Message upstream pairs with [`REASON_PROGRESS_DEADLINE_EXCEEDED`].
@@ -615,22 +664,263 @@ pub mod revision {
     pub fn container_missing_message(image: &str, message: &str) -> String {
         format!("Unable to fetch image {}: {message}", go_quote(image))
     }
+}
 
-    /// Upstream `ResourceNotOwnedMessage`, the message of [`REASON_NOT_OWNED`].
-    pub fn resource_not_owned_message(kind: &str, name: &str) -> String {
+/// The Service condition set and its reasons
+/// (`knative.dev/serving/pkg/apis/serving/v1/service_lifecycle.go`).
+pub mod service {
+    use super::{ConditionSet, go_quote};
+    pub use super::{REASON_NOT_OWNED, resource_not_owned_message};
+
+    /// The Service's Configuration is Ready.
+    pub const CONFIGURATIONS_READY: &str = "ConfigurationsReady";
+    /// The Service's Route is Ready.
+    pub const ROUTES_READY: &str = "RoutesReady";
+    /// `Ready` = `ConfigurationsReady` ∧ `RoutesReady`.
+    pub const CONDITION_SET: ConditionSet =
+        ConditionSet::living(&[CONFIGURATIONS_READY, ROUTES_READY]);
+
+    /// Unknown: the child has not yet observed the Service's latest spec.
+    pub const REASON_OUT_OF_DATE: &str = "OutOfDate";
+    /// Message of [`REASON_OUT_OF_DATE`] on `ConfigurationsReady`.
+    pub const MESSAGE_CONFIGURATION_OUT_OF_DATE: &str =
+        "The Configuration is still working to reflect the latest desired specification.";
+    /// Message of [`REASON_OUT_OF_DATE`] on `RoutesReady`.
+    pub const MESSAGE_ROUTE_OUT_OF_DATE: &str =
+        "The Route is still working to reflect the latest desired specification.";
+    /// Unknown `RoutesReady`: the Route does not yet send traffic to the latest Revision.
+    pub const REASON_TRAFFIC_NOT_MIGRATED: &str = "TrafficNotMigrated";
+    /// Message of [`REASON_TRAFFIC_NOT_MIGRATED`].
+    pub const MESSAGE_TRAFFIC_NOT_MIGRATED: &str =
+        "Traffic is not yet migrated to the latest revision.";
+    /// False `RoutesReady`: the template's Revision name belongs to another Revision.
+    pub const REASON_REVISION_NAME_TAKEN: &str = "RevisionNameTaken";
+
+    /// Message of [`REASON_REVISION_NAME_TAKEN`].
+    pub fn revision_name_taken_message(name: &str) -> String {
         format!(
-            "There is an existing {kind} {} that we do not own.",
+            "The revision name {} is taken by a conflicting Revision, so traffic will not be migrated",
+            go_quote(name)
+        )
+    }
+}
+
+/// The Configuration condition set and its reasons
+/// (`knative.dev/serving/pkg/apis/serving/v1/configuration_lifecycle.go`).
+pub mod configuration {
+    use super::{ConditionSet, go_quote};
+
+    /// `Ready` alone: the Configuration reconciler sets it directly.
+    pub const CONDITION_SET: ConditionSet = ConditionSet::living(&[]);
+
+    /// False `Ready`: the latest Revision failed, or could not be created.
+    pub const REASON_REVISION_FAILED: &str = "RevisionFailed";
+    /// False `Ready`: the latest ready Revision was deleted.
+    pub const REASON_REVISION_DELETED: &str = "RevisionDeleted";
+
+    /// Message of [`REASON_REVISION_FAILED`] when the latest created Revision failed.
+    pub fn latest_created_failed_message(name: &str, message: &str) -> String {
+        format!(
+            "Revision {} failed with message: {message}.",
             go_quote(name)
         )
     }
 
-    /// Go's `%q` for the strings that appear here: JSON string quoting matches
-    /// it for printable text.
-    fn go_quote(s: &str) -> String {
-        serde_json::Value::String(s.to_owned()).to_string()
+    /// Message of [`REASON_REVISION_FAILED`] when creating the Revision failed.
+    pub fn revision_creation_failed_message(message: &str) -> String {
+        format!("Revision creation failed with message: {message}.")
+    }
+
+    /// Message of [`REASON_REVISION_DELETED`].
+    pub fn latest_ready_deleted_message(name: &str) -> String {
+        format!("Revision {} was deleted.", go_quote(name))
     }
 }
 
+/// The Route condition set and its reasons
+/// (`knative.dev/serving/pkg/apis/serving/v1/route_lifecycle.go`).
+pub mod route {
+    use super::{ConditionSet, go_quote};
+    pub use super::{REASON_NOT_OWNED, resource_not_owned_message};
+
+    /// Every traffic target resolves to a ready Revision.
+    pub const ALL_TRAFFIC_ASSIGNED: &str = "AllTrafficAssigned";
+    /// The Route's KIngress is Ready.
+    pub const INGRESS_READY: &str = "IngressReady";
+    /// The Route's certificate is ready, or TLS is not needed.
+    pub const CERTIFICATE_PROVISIONED: &str = "CertificateProvisioned";
+    /// `Ready` = `AllTrafficAssigned` ∧ `IngressReady` ∧ `CertificateProvisioned`.
+    pub const CONDITION_SET: ConditionSet =
+        ConditionSet::living(&[ALL_TRAFFIC_ASSIGNED, INGRESS_READY, CERTIFICATE_PROVISIONED]);
+
+    /// Unknown `IngressReady`: the KIngress has no `Ready` condition yet.
+    pub const REASON_INGRESS_NOT_CONFIGURED: &str = "IngressNotConfigured";
+    /// Message of [`REASON_INGRESS_NOT_CONFIGURED`].
+    pub const MESSAGE_INGRESS_NOT_CONFIGURED: &str = "Ingress has not yet been reconciled.";
+    /// Unknown `IngressReady`: traffic is shifting gradually (`rollout-duration`).
+    pub const REASON_ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
+    /// Message of [`REASON_ROLLOUT_IN_PROGRESS`].
+    pub const MESSAGE_ROLLOUT_IN_PROGRESS: &str =
+        "A gradual rollout of the latest revision(s) is in progress.";
+    /// Unknown `AllTrafficAssigned` for an unexpected error while resolving targets.
+    pub const REASON_UNKNOWN: &str = "Unknown";
+    /// `AllTrafficAssigned` not True: a target has no ready Revision (yet).
+    pub const REASON_REVISION_MISSING: &str = "RevisionMissing";
+    /// False `CertificateProvisioned`: the Certificate failed.
+    pub const REASON_CERTIFICATE_PROVISION_FAILED: &str = "CertificateProvisionFailed";
+    /// Unknown `CertificateProvisioned`: the Certificate is not ready yet.
+    pub const REASON_CERTIFICATE_NOT_READY: &str = "CertificateNotReady";
+    /// False `CertificateProvisioned`: a Certificate of that name is owned by another object.
+    pub const REASON_CERTIFICATE_NOT_OWNED: &str = "CertificateNotOwned";
+    /// True `CertificateProvisioned` without a certificate: TLS is off.
+    pub const REASON_TLS_NOT_ENABLED: &str = "TLSNotEnabled";
+    /// Message of [`REASON_TLS_NOT_ENABLED`] when external-domain TLS is off.
+    pub const MESSAGE_EXTERNAL_DOMAIN_TLS_NOT_ENABLED: &str = "external-domain-tls is not enabled";
+    /// Message of [`REASON_TLS_NOT_ENABLED`] for a cluster-local Route.
+    pub const MESSAGE_TLS_NOT_ENABLED_FOR_CLUSTER_LOCAL: &str =
+        "TLS is not enabled for cluster-local";
+    /// True `CertificateProvisioned`: the certificate is not ready, so HTTP is served instead.
+    pub const REASON_HTTP_DOWNGRADE: &str = "HTTPDowngrade";
+
+    /// Message of [`REASON_REVISION_MISSING`]: the Configuration has no ready Revision yet.
+    pub fn configuration_not_ready_message(name: &str) -> String {
+        format!(
+            "Configuration {} is waiting for a Revision to become ready.",
+            go_quote(name)
+        )
+    }
+
+    /// Message of [`REASON_REVISION_MISSING`]: the Configuration has no ready Revision.
+    pub fn configuration_failed_message(name: &str) -> String {
+        format!(
+            "Configuration {} does not have any ready Revision.",
+            go_quote(name)
+        )
+    }
+
+    /// Message of [`REASON_REVISION_MISSING`]: the Revision is not ready yet.
+    pub fn revision_not_ready_message(name: &str) -> String {
+        format!("Revision {} is not yet ready.", go_quote(name))
+    }
+
+    /// Message of [`REASON_REVISION_MISSING`]: the Revision failed.
+    pub fn revision_failed_message(name: &str) -> String {
+        format!("Revision {} failed to become ready.", go_quote(name))
+    }
+
+    /// False `AllTrafficAssigned` reason for a target that does not exist: `<kind>Missing`.
+    pub fn missing_target_reason(kind: &str) -> String {
+        format!("{kind}Missing")
+    }
+
+    /// Message of [`missing_target_reason`].
+    pub fn missing_target_message(kind: &str, name: &str) -> String {
+        format!("{kind} {} referenced in traffic not found.", go_quote(name))
+    }
+
+    /// Message of [`REASON_CERTIFICATE_PROVISION_FAILED`], with the Certificate's `Ready` reason.
+    pub fn certificate_provision_failed_message(name: &str, reason: &str) -> String {
+        format!("Certificate {name} fails to be provisioned: {reason}")
+    }
+
+    /// Message of [`REASON_CERTIFICATE_NOT_READY`], with the Certificate's `Ready` reason.
+    pub fn certificate_not_ready_message(name: &str, reason: &str) -> String {
+        format!("Certificate {name} is not ready: {reason}")
+    }
+
+    /// Message of [`REASON_CERTIFICATE_NOT_OWNED`].
+    pub fn certificate_not_owned_message(name: &str) -> String {
+        format!("There is an existing certificate {name} that we don't own.")
+    }
+
+    /// Message of [`REASON_HTTP_DOWNGRADE`].
+    pub fn http_downgrade_message(name: &str) -> String {
+        format!("Certificate {name} is not ready downgrade HTTP.")
+    }
+}
+
+/// The DomainMapping condition set and its reasons
+/// (`knative.dev/serving/pkg/apis/serving/v1beta1/domainmapping_lifecycle.go`).
+pub mod domain_mapping {
+    use super::ConditionSet;
+    pub use super::route::{
+        MESSAGE_EXTERNAL_DOMAIN_TLS_NOT_ENABLED, MESSAGE_INGRESS_NOT_CONFIGURED,
+        REASON_CERTIFICATE_NOT_OWNED, REASON_CERTIFICATE_NOT_READY,
+        REASON_CERTIFICATE_PROVISION_FAILED, REASON_HTTP_DOWNGRADE, REASON_INGRESS_NOT_CONFIGURED,
+        REASON_TLS_NOT_ENABLED, certificate_not_owned_message, http_downgrade_message,
+    };
+
+    /// The mapping holds the ClusterDomainClaim for its domain.
+    pub const DOMAIN_CLAIMED: &str = "DomainClaimed";
+    /// `spec.ref` resolves to an addressable target.
+    pub const REFERENCE_RESOLVED: &str = "ReferenceResolved";
+    /// The mapping's KIngress is Ready.
+    pub const INGRESS_READY: &str = "IngressReady";
+    /// The mapping's certificate is ready, or TLS is not needed.
+    pub const CERTIFICATE_PROVISIONED: &str = "CertificateProvisioned";
+    /// `Ready` = `DomainClaimed` ∧ `ReferenceResolved` ∧ `IngressReady` ∧ `CertificateProvisioned`.
+    pub const CONDITION_SET: ConditionSet = ConditionSet::living(&[
+        DOMAIN_CLAIMED,
+        REFERENCE_RESOLVED,
+        INGRESS_READY,
+        CERTIFICATE_PROVISIONED,
+    ]);
+
+    /// False `DomainClaimed`: another DomainMapping holds the domain.
+    pub const REASON_DOMAIN_ALREADY_CLAIMED: &str = "DomainAlreadyClaimed";
+    /// Message of [`REASON_DOMAIN_ALREADY_CLAIMED`].
+    pub const MESSAGE_DOMAIN_ALREADY_CLAIMED: &str =
+        "The domain name is already in use by another DomainMapping";
+    /// False `DomainClaimed`: the claim could not be created or read.
+    pub const REASON_DOMAIN_CLAIM_FAILED: &str = "DomainClaimFailed";
+    /// False `ReferenceResolved`: `spec.ref` does not resolve.
+    pub const REASON_RESOLVE_FAILED: &str = "ResolveFailed";
+    /// True `CertificateProvisioned`: `spec.tls` names the user's own secret.
+    pub const REASON_CERTIFICATE_EXTERNALLY_PROVIDED: &str = "CertificateExternallyProvided";
+    /// Message of [`REASON_CERTIFICATE_EXTERNALLY_PROVIDED`].
+    pub const MESSAGE_TLS_CERTIFICATE_PROVIDED_EXTERNALLY: &str =
+        "TLS certificate was provided externally";
+
+    /// Message of [`REASON_CERTIFICATE_NOT_READY`] on a DomainMapping.
+    pub fn certificate_not_ready_message(name: &str) -> String {
+        format!("Certificate {name} is not ready.")
+    }
+
+    /// Message of [`REASON_CERTIFICATE_PROVISION_FAILED`] on a DomainMapping.
+    pub fn certificate_provision_failed_message(name: &str) -> String {
+        format!("Certificate {name} failed to be provisioned.")
+    }
+}
+
+/// The KIngress condition set and its reasons
+/// (`knative.dev/networking/pkg/apis/networking/v1alpha1/ingress_lifecycle.go`).
+pub mod ingress {
+    use super::ConditionSet;
+    pub use super::{REASON_NOT_OWNED, resource_not_owned_message};
+
+    /// The ingress implementation has programmed the routes.
+    pub const NETWORK_CONFIGURED: &str = "NetworkConfigured";
+    /// The load balancers serve the routes.
+    pub const LOAD_BALANCER_READY: &str = "LoadBalancerReady";
+    /// `Ready` = `NetworkConfigured` ∧ `LoadBalancerReady`.
+    pub const CONDITION_SET: ConditionSet =
+        ConditionSet::living(&[NETWORK_CONFIGURED, LOAD_BALANCER_READY]);
+
+    /// Unknown `LoadBalancerReady` while the load balancers are not serving yet.
+    pub const REASON_UNINITIALIZED: &str = "Uninitialized";
+    /// Message of [`REASON_UNINITIALIZED`].
+    pub const MESSAGE_LOAD_BALANCER_NOT_READY: &str = "Waiting for load balancer to be ready";
+}
+
+/// The Certificate condition set
+/// (`knative.dev/networking/pkg/apis/networking/v1alpha1/certificate_lifecycle.go`).
+pub mod certificate {
+    use super::ConditionSet;
+    pub use super::{REASON_NOT_OWNED, resource_not_owned_message};
+
+    /// `Ready` alone: the certificate implementation sets it directly.
+    pub const CONDITION_SET: ConditionSet = ConditionSet::living(&[]);
+}
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;

@@ -155,7 +155,7 @@ pub struct CapacityGrantStatus {
     pub allocated_slots: i32,
 }
 
-crate::impl_knative_status!(CapacityGrantStatus);
+crate::impl_knative_status!(CapacityGrantStatus, capacity_grant::CONDITION_SET);
 
 /// CapacityGrant conditions.
 pub mod capacity_grant {
@@ -287,7 +287,7 @@ pub struct HomeInstance {
     pub warm_fibers: i32,
 }
 
-crate::impl_knative_status!(HomeStatus);
+crate::impl_knative_status!(HomeStatus, home::CONDITION_SET);
 
 /// Home conditions.
 pub mod home {

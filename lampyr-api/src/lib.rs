@@ -1,35 +1,51 @@
-//! Knative Serving `serving.knative.dev/v1` types as Lampyr reads them.
+//! Knative Serving and Knative networking types as Lampyr reads and writes them.
 //!
 //! One definition serves local mode (`ly` reading YAML files) and the cluster
-//! (controllers reading the API server):
+//! (controllers reading and writing the API server). The Knative objects are
+//! Kubernetes resources (`kube::Resource`, `JsonSchema`, `serde`),
+//! wire-compatible with upstream Knative Serving v0.42 (Knative 1.15): reading
+//! an upstream object and writing it back loses no field, and empty fields are
+//! left out as Go's `omitempty` leaves them out.
 //!
-//! - [`serving`]: `Service`, `Configuration`, `Revision` and the Revision
-//!   template. The template's pod spec and container keep every field they do
-//!   not model in an `other` map, so the fiber translation can name each one.
+//! - [`serving`]: `serving.knative.dev/v1` `Service`, `Configuration`,
+//!   `Revision`, `Route` and the Revision template. The template's pod spec and
+//!   container keep every field they do not model in an `other` map, so the
+//!   fiber translation can name each one.
+//! - [`status`]: their statuses, with upstream's lifecycle helpers.
+//! - [`domain_mapping`]: `serving.knative.dev/v1beta1` `DomainMapping`.
+//! - [`networking`]: `networking.internal.knative.dev/v1alpha1` `Ingress`
+//!   (KIngress), `Certificate` and `ClusterDomainClaim`.
+//! - [`duck`]: the duck types they share (`Addressable`, `KReference`).
+//! - [`conditions`]: Knative conditions and condition sets with upstream
+//!   semantics (`Ready` from its dependents, severity, ordering,
+//!   `lastTransitionTime`, `IsReady()`), and each resource's condition set
+//!   and reasons.
 //! - [`manifest`]: multi-document YAML parsing with errors that carry the
 //!   source name, document number, line, column and field path.
-//! - [`keys`]: label and annotation keys.
+//! - [`keys`]: API groups, label and annotation keys.
 //! - [`names`]: Knative's child-name and Revision-name rules.
 //! - [`quantity`] and [`duration`]: Kubernetes quantities and Go durations, the
 //!   two value syntaxes the template's fields and annotations use.
-//! - [`conditions`]: Knative conditions and condition sets with upstream
-//!   semantics (`Ready` from its dependents, severity, ordering,
-//!   `lastTransitionTime`, `IsReady()`), and the Revision condition set.
-//! - [`status`]: the Revision status, wire-compatible with upstream.
 //! - [`fiber`]: Lampyr's own CRDs, `CapacityGrant` and `Home`
 //!   (`fiber.lampyr.dev/v1alpha1`), and their generated CRD YAML.
 
 pub mod conditions;
+pub mod domain_mapping;
+pub mod duck;
 pub mod duration;
 pub mod fiber;
 pub mod keys;
 pub mod manifest;
 pub mod names;
+pub mod networking;
+mod object;
 pub mod quantity;
 pub mod serving;
 pub mod status;
 
 pub use conditions::{Condition, ConditionSet, ConditionSeverity, ConditionStatus, KnativeStatus};
+pub use domain_mapping::{DomainMapping, DomainMappingSpec, DomainMappingStatus};
+pub use duck::{Addressable, KReference};
 pub use fiber::{
     CapacityGrant, CapacityGrantSpec, CapacityGrantStatus, Home, HomeSpec, HomeStatus,
 };
@@ -40,10 +56,12 @@ pub use manifest::{
 pub use names::{child_name, revision_name};
 pub use serving::{
     Configuration, ConfigurationSpec, Container, HttpGetAction, PodSecurityContext, Probe,
-    Revision, RevisionSpec, RevisionTemplateSpec, SecurityContext, Service, ServiceSpec,
-    TcpSocketAction, TrafficTarget,
+    Revision, RevisionSpec, RevisionTemplateSpec, Route, RouteSpec, SecurityContext, Service,
+    ServiceSpec, TcpSocketAction, TrafficTarget,
 };
-pub use status::{ContainerStatus, RevisionStatus};
+pub use status::{
+    ConfigurationStatus, ContainerStatus, RevisionStatus, RouteStatus, ServiceStatus,
+};
 
 /// Re-exported Kubernetes types used in this crate's public fields.
 pub mod k8s {

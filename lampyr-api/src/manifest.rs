@@ -497,6 +497,6 @@ status:
             json["spec"]["template"]["spec"]["volumes"][0]["name"],
             "data"
         );
-        assert!(json.get("status").is_none());
+        assert_eq!(json["status"]["url"], "http://hello.default.example.com");
     }
 }

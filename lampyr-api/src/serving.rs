@@ -1,28 +1,31 @@
-//! `serving.knative.dev/v1` Service, Configuration and Revision, as users write
-//! them in YAML.
+//! `serving.knative.dev/v1` Service, Configuration, Revision and Route.
 //!
-//! Unknown fields of a Service, Configuration, their specs and traffic entries
-//! are ignored (`status`, `managedFields`, …). The Revision template is
-//! different: [`RevisionSpec`] (Knative inlines the pod spec there) and
-//! [`Container`], together with the probe and security-context types, keep
-//! every field they do not model in their `other` map, so the fiber
+//! The four are Kubernetes objects ([`kube::Resource`], `JsonSchema`, `serde`)
+//! wire-compatible with upstream Knative Serving: `metadata`, `spec` and an
+//! optional `status` ([`crate::status`]), with `apiVersion` and `kind` written
+//! when serializing (the shape a kube `CustomResource` derive generates).
+//!
+//! Every upstream field is modelled, so reading and writing an object loses
+//! nothing. The Revision template's pod spec is the one place that keeps
+//! fields it does not model: [`RevisionSpec`] (Knative inlines the pod spec
+//! there) and [`Container`], together with the probe and security-context
+//! types, hold every other field in their `other` map, so the fiber
 //! translation can list each one instead of silently dropping it.
-//!
-//! `Service`, `Configuration` and `Revision` hold `metadata` and `spec` only,
-//! the shape a kube `CustomResource` derive generates; `apiVersion` and `kind`
-//! are written when serializing.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{
     Capabilities, ContainerPort, EnvVar, HTTPHeader, LocalObjectReference, ResourceRequirements,
     SeccompProfile,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::keys::SERVING_API_VERSION;
+use crate::object::kube_object;
+use crate::status::{ConfigurationStatus, RevisionStatus, RouteStatus, ServiceStatus};
 
 /// Fields kept verbatim because the enclosing type does not model them.
 pub type OtherFields = BTreeMap<String, serde_json::Value>;
@@ -36,10 +39,13 @@ pub struct Service {
     /// The desired state.
     #[serde(default)]
     pub spec: ServiceSpec,
+    /// What the Service reconciler observed.
+    #[serde(default)]
+    pub status: Option<ServiceStatus>,
 }
 
 /// `Service.spec`: Knative inlines a ConfigurationSpec and a RouteSpec.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
     /// The template Revisions are stamped from.
@@ -60,10 +66,13 @@ pub struct Configuration {
     /// The desired state.
     #[serde(default)]
     pub spec: ConfigurationSpec,
+    /// What the Configuration reconciler observed.
+    #[serde(default)]
+    pub status: Option<ConfigurationStatus>,
 }
 
 /// `Configuration.spec`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigurationSpec {
     /// The template Revisions are stamped from.
@@ -80,15 +89,18 @@ pub struct Revision {
     /// The Revision's spec (pod spec plus Knative's serving fields).
     #[serde(default)]
     pub spec: RevisionSpec,
+    /// What the Revision reconciler observed.
+    #[serde(default)]
+    pub status: Option<RevisionStatus>,
 }
 
 /// `spec.template`: metadata and spec of the Revisions to stamp.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionTemplateSpec {
     /// Labels and annotations (autoscaling annotations live here) and an
     /// optional user-chosen Revision name.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub metadata: ObjectMeta,
     /// The Revision spec.
     #[serde(default)]
@@ -98,7 +110,7 @@ pub struct RevisionTemplateSpec {
 /// `RevisionSpec`: Knative's serving fields plus the inlined pod spec.
 ///
 /// Pod-spec fields not modelled here land in [`RevisionSpec::other`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionSpec {
     /// Most requests one replica serves at once (0 = unlimited).
@@ -139,7 +151,7 @@ pub struct RevisionSpec {
 /// A container of the Revision template.
 ///
 /// Container fields not modelled here land in [`Container::other`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Container {
     /// Container name (Knative defaults it to `user-container`).
@@ -178,7 +190,7 @@ pub struct Container {
 }
 
 /// A probe; handlers other than `httpGet` and `tcpSocket` land in `other`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Probe {
     /// HTTP GET handler.
@@ -211,7 +223,7 @@ pub struct Probe {
 }
 
 /// `httpGet` probe handler; Knative lets `port` be omitted.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpGetAction {
     /// Path to request.
@@ -235,7 +247,7 @@ pub struct HttpGetAction {
 }
 
 /// `tcpSocket` probe handler; Knative lets `port` be omitted.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TcpSocketAction {
     /// Port, by number or name.
@@ -250,7 +262,7 @@ pub struct TcpSocketAction {
 }
 
 /// Container `securityContext`; settings not modelled land in `other`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecurityContext {
     /// Require a non-root user.
@@ -277,7 +289,7 @@ pub struct SecurityContext {
 }
 
 /// Pod-level `securityContext`; settings not modelled land in `other`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSecurityContext {
     /// Require a non-root user.
@@ -291,18 +303,42 @@ pub struct PodSecurityContext {
     pub other: OtherFields,
 }
 
-/// One entry of `spec.traffic`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// A Knative Route: named, weighted traffic to Revisions.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Route {
+    /// Standard object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The desired state.
+    #[serde(default)]
+    pub spec: RouteSpec,
+    /// What the Route reconciler observed.
+    #[serde(default)]
+    pub status: Option<RouteStatus>,
+}
+
+/// `Route.spec`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteSpec {
+    /// How traffic is split between Revisions and Configurations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traffic: Vec<TrafficTarget>,
+}
+
+/// One entry of `spec.traffic` (and of `status.traffic`, where targets are
+/// resolved to Revisions). Empty strings are left out, as Go's `omitempty` does.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrafficTarget {
     /// Gives this target its own `<tag>-<route>` URL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub tag: Option<String>,
     /// A fixed Revision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub revision_name: Option<String>,
     /// The Configuration whose latest ready Revision this follows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub configuration_name: Option<String>,
     /// Follow the latest ready Revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -315,38 +351,19 @@ pub struct TrafficTarget {
     pub url: Option<String>,
 }
 
-/// Serializes `metadata` and `spec` with `apiVersion` and `kind` in front.
-macro_rules! serialize_object {
-    ($ty:ident, $spec:ty) => {
-        impl $ty {
-            /// The object's `kind`.
-            pub const KIND: &'static str = stringify!($ty);
-            /// The object's `apiVersion`.
-            pub const API_VERSION: &'static str = SERVING_API_VERSION;
-        }
-
-        impl Serialize for $ty {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                #[derive(Serialize)]
-                #[serde(rename_all = "camelCase")]
-                struct Typed<'a> {
-                    api_version: &'static str,
-                    kind: &'static str,
-                    metadata: &'a ObjectMeta,
-                    spec: &'a $spec,
-                }
-                Typed {
-                    api_version: Self::API_VERSION,
-                    kind: Self::KIND,
-                    metadata: &self.metadata,
-                    spec: &self.spec,
-                }
-                .serialize(serializer)
-            }
-        }
-    };
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
-serialize_object!(Service, ServiceSpec);
-serialize_object!(Configuration, ConfigurationSpec);
-serialize_object!(Revision, RevisionSpec);
+fn is_none_or_empty(value: &Option<String>) -> bool {
+    value.as_deref().is_none_or(str::is_empty)
+}
+
+kube_object!(Service, group "serving.knative.dev", version "v1", plural "services",
+    scope NamespaceResourceScope, spec ServiceSpec, status ServiceStatus);
+kube_object!(Configuration, group "serving.knative.dev", version "v1", plural "configurations",
+    scope NamespaceResourceScope, spec ConfigurationSpec, status ConfigurationStatus);
+kube_object!(Revision, group "serving.knative.dev", version "v1", plural "revisions",
+    scope NamespaceResourceScope, spec RevisionSpec, status RevisionStatus);
+kube_object!(Route, group "serving.knative.dev", version "v1", plural "routes",
+    scope NamespaceResourceScope, spec RouteSpec, status RouteStatus);

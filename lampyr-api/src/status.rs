@@ -1,28 +1,40 @@
-//! `serving.knative.dev/v1` Revision status, wire-compatible with upstream.
+//! `serving.knative.dev/v1` statuses, wire-compatible with upstream.
 //!
-//! [`RevisionStatus`] is upstream's `RevisionStatus`: the inlined
-//! `duckv1.Status` (`observedGeneration`, `conditions`, `annotations`) plus
-//! `logUrl`, `containerStatuses`, `initContainerStatuses`, `actualReplicas` and
-//! `desiredReplicas`. Empty fields are omitted as Go's `omitempty` omits them.
-//! There is no `serviceName`: upstream removed it.
+//! Each status is upstream's: the inlined `duckv1.Status`
+//! (`observedGeneration`, `conditions`, `annotations`) plus the resource's own
+//! fields. Empty fields are omitted as Go's `omitempty` omits them.
 //!
-//! The `mark_*` helpers are upstream's `revision_lifecycle.go` helpers over
-//! [`revision::CONDITION_SET`],
-//! stamping transitions with the system clock; [`RevisionStatus::manage_with_clock`]
-//! gives a manager with another [`Clock`].
+//! - [`RevisionStatus`]: `logUrl`, `containerStatuses`,
+//!   `initContainerStatuses`, `actualReplicas`, `desiredReplicas`. There is no
+//!   `serviceName`: upstream removed it. Its `mark_*` helpers are upstream's
+//!   `revision_lifecycle.go` helpers over [`revision::CONDITION_SET`].
+//! - [`ConfigurationStatus`]: the latest created and latest ready Revision.
+//! - [`RouteStatus`]: `url`, `address` and the resolved `traffic`.
+//! - [`ServiceStatus`]: the Configuration's and the Route's fields together,
+//!   copied by [`ServiceStatus::propagate_configuration_status`] and
+//!   [`ServiceStatus::propagate_route_status`].
+//!
+//! Conditions are managed through [`KnativeStatus::manage`] (system clock) or
+//! [`KnativeStatus::manage_with_clock`], under each status's condition set.
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::{Clock, Condition, ConditionManager, SystemClock, revision};
+use crate::conditions::{
+    CONDITION_READY, Condition, KnativeStatus, configuration, revision, route, service,
+};
+use crate::duck::Addressable;
+use crate::networking::IngressStatus;
+use crate::serving::TrafficTarget;
 
-fn is_zero(n: &i64) -> bool {
+pub(crate) fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
 /// `Revision.status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionStatus {
     /// The `metadata.generation` last processed by the Revision reconciler (0 = none).
@@ -53,7 +65,7 @@ pub struct RevisionStatus {
 }
 
 /// One entry of `containerStatuses`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatus {
     /// The container's name.
@@ -64,24 +76,9 @@ pub struct ContainerStatus {
     pub image_digest: String,
 }
 
-crate::impl_knative_status!(RevisionStatus);
+crate::impl_knative_status!(RevisionStatus, revision::CONDITION_SET);
 
 impl RevisionStatus {
-    /// A condition manager over the Revision condition set (system clock).
-    pub fn manage(&mut self) -> ConditionManager<'_, SystemClock> {
-        revision::CONDITION_SET.manage(&mut self.conditions)
-    }
-
-    /// A condition manager over the Revision condition set with `clock`.
-    pub fn manage_with_clock<C: Clock>(&mut self, clock: C) -> ConditionManager<'_, C> {
-        revision::CONDITION_SET.manage_with_clock(&mut self.conditions, clock)
-    }
-
-    /// Unset `Ready`, `ResourcesAvailable` and `ContainerHealthy` become `Unknown`.
-    pub fn initialize_conditions(&mut self) {
-        self.manage().initialize_conditions();
-    }
-
     /// `Active` True.
     pub fn mark_active_true(&mut self) {
         self.manage().mark_true(revision::ACTIVE);
@@ -130,6 +127,159 @@ impl RevisionStatus {
     pub fn mark_resources_available_unknown(&mut self, reason: &str, message: &str) {
         self.manage()
             .mark_unknown(revision::RESOURCES_AVAILABLE, reason, message);
+    }
+}
+
+/// `Configuration.status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigurationStatus {
+    /// The `metadata.generation` last processed by the Configuration reconciler (0 = none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
+    /// `Ready` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The newest Revision stamped from this Configuration that became Ready.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub latest_ready_revision_name: String,
+    /// The newest Revision stamped from this Configuration.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub latest_created_revision_name: String,
+}
+
+crate::impl_knative_status!(ConfigurationStatus, configuration::CONDITION_SET);
+
+impl ConfigurationStatus {
+    /// Records the newest Revision; `Ready` becomes Unknown until it is also
+    /// the latest ready one.
+    pub fn set_latest_created_revision_name(&mut self, name: &str) {
+        name.clone_into(&mut self.latest_created_revision_name);
+        if self.latest_ready_revision_name != name {
+            self.manage().mark_unknown(CONDITION_READY, "", "");
+        }
+    }
+
+    /// Records the newest ready Revision; `Ready` becomes True once it is
+    /// also the latest created one.
+    pub fn set_latest_ready_revision_name(&mut self, name: &str) {
+        name.clone_into(&mut self.latest_ready_revision_name);
+        if self.latest_created_revision_name == name {
+            self.manage().mark_true(CONDITION_READY);
+        }
+    }
+}
+
+/// `Route.status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteStatus {
+    /// The `metadata.generation` last processed by the Route reconciler (0 = none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
+    /// `Ready`, `AllTrafficAssigned`, `IngressReady`, `CertificateProvisioned`, sorted by type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The external URL of the Route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The cluster-internal address of the Route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<Addressable>,
+    /// The traffic targets resolved to Revisions, with tagged targets' URLs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traffic: Vec<TrafficTarget>,
+}
+
+crate::impl_knative_status!(RouteStatus, route::CONDITION_SET);
+
+impl RouteStatus {
+    /// `IngressReady` follows the KIngress's `Ready`; a KIngress without one
+    /// makes it Unknown [`route::REASON_INGRESS_NOT_CONFIGURED`].
+    pub fn propagate_ingress_status(&mut self, ingress: &IngressStatus) {
+        propagate_or_not_configured(&mut self.manage(), route::INGRESS_READY, ingress);
+    }
+}
+
+/// `Service.status`: the Configuration's and the Route's status fields.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceStatus {
+    /// The `metadata.generation` last processed by the Service reconciler (0 = none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
+    /// `Ready`, `ConfigurationsReady`, `RoutesReady`, sorted by type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The Configuration's latest ready Revision.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub latest_ready_revision_name: String,
+    /// The Configuration's latest created Revision.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub latest_created_revision_name: String,
+    /// The Route's external URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The Route's cluster-internal address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<Addressable>,
+    /// The Route's resolved traffic targets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traffic: Vec<TrafficTarget>,
+}
+
+crate::impl_knative_status!(ServiceStatus, service::CONDITION_SET);
+
+impl ServiceStatus {
+    /// Copies the Configuration's Revision names; `ConfigurationsReady`
+    /// follows its `Ready` (unchanged while it has none).
+    pub fn propagate_configuration_status(&mut self, config: &ConfigurationStatus) {
+        self.latest_ready_revision_name
+            .clone_from(&config.latest_ready_revision_name);
+        self.latest_created_revision_name
+            .clone_from(&config.latest_created_revision_name);
+        if let Some(ready) = config.get_condition(CONDITION_READY) {
+            self.manage()
+                .propagate(service::CONFIGURATIONS_READY, ready);
+        }
+    }
+
+    /// Copies the Route's URL, address and traffic; `RoutesReady` follows its
+    /// `Ready` (unchanged while it has none).
+    pub fn propagate_route_status(&mut self, route: &RouteStatus) {
+        self.url.clone_from(&route.url);
+        self.address.clone_from(&route.address);
+        self.traffic.clone_from(&route.traffic);
+        if let Some(ready) = route.get_condition(CONDITION_READY) {
+            self.manage().propagate(service::ROUTES_READY, ready);
+        }
+    }
+}
+
+/// Upstream's `PropagateIngressStatus` for Routes and DomainMappings:
+/// `type_` follows the KIngress's `Ready`, or is Unknown
+/// `IngressNotConfigured` while the KIngress has none.
+pub(crate) fn propagate_or_not_configured<C: crate::conditions::Clock>(
+    manager: &mut crate::conditions::ConditionManager<'_, C>,
+    type_: &str,
+    ingress: &IngressStatus,
+) {
+    match ingress.get_condition(CONDITION_READY) {
+        Some(ready) => manager.propagate(type_, ready),
+        None => manager.mark_unknown(
+            type_,
+            route::REASON_INGRESS_NOT_CONFIGURED,
+            route::MESSAGE_INGRESS_NOT_CONFIGURED,
+        ),
     }
 }
 
