@@ -1385,4 +1385,136 @@ mod tests {
             "Container failed with: boom"
         );
     }
+
+    /// `set` has exactly `dependents`; `Ready` is True only once every
+    /// dependent is, follows any dependent that turns False, and keeps its
+    /// `lastTransitionTime` when a condition is marked again unchanged. A set
+    /// without dependents leaves `Ready` to the reconciler.
+    fn check_living_set(set: ConditionSet, dependents: &[&str]) {
+        assert_eq!(set.dependents().collect::<Vec<_>>(), dependents);
+        assert_eq!(set.happy(), CONDITION_READY);
+        let mut c = Vec::new();
+        let mut m = set.manage_with_clock(&mut c, Ticking::new());
+        m.initialize_conditions();
+        for d in dependents {
+            assert!(!m.is_happy(), "Ready before {d} is True");
+            m.mark_true(d);
+        }
+        if dependents.is_empty() {
+            assert!(!m.is_happy());
+            m.mark_true(CONDITION_READY);
+        }
+        assert!(m.is_happy(), "{:?}", m.conditions());
+        for d in dependents.iter().copied().chain([CONDITION_READY]) {
+            let since = m.top_level_condition().expect("ready").clone();
+            m.mark_true(d);
+            assert_eq!(m.top_level_condition(), Some(&since), "re-marking {d}");
+            m.mark_false(d, "Broken", d);
+            let ready = m.top_level_condition().expect("ready");
+            assert!(ready.is_false() && ready.reason == "Broken" && ready.message == d);
+            m.mark_true(d);
+            assert!(m.is_happy(), "after {d} recovers");
+        }
+    }
+
+    #[test]
+    fn every_resource_set_has_upstreams_dependents() {
+        check_living_set(
+            revision::CONDITION_SET,
+            &[revision::RESOURCES_AVAILABLE, revision::CONTAINER_HEALTHY],
+        );
+        check_living_set(
+            service::CONDITION_SET,
+            &[service::CONFIGURATIONS_READY, service::ROUTES_READY],
+        );
+        check_living_set(configuration::CONDITION_SET, &[]);
+        check_living_set(
+            route::CONDITION_SET,
+            &[
+                route::ALL_TRAFFIC_ASSIGNED,
+                route::INGRESS_READY,
+                route::CERTIFICATE_PROVISIONED,
+            ],
+        );
+        check_living_set(
+            domain_mapping::CONDITION_SET,
+            &[
+                domain_mapping::DOMAIN_CLAIMED,
+                domain_mapping::REFERENCE_RESOLVED,
+                domain_mapping::INGRESS_READY,
+                domain_mapping::CERTIFICATE_PROVISIONED,
+            ],
+        );
+        check_living_set(
+            ingress::CONDITION_SET,
+            &[ingress::NETWORK_CONFIGURED, ingress::LOAD_BALANCER_READY],
+        );
+        check_living_set(certificate::CONDITION_SET, &[]);
+    }
+
+    #[test]
+    fn propagate_copies_a_childs_ready() {
+        let mut c = Vec::new();
+        let mut m = service::CONDITION_SET.manage_with_clock(&mut c, Ticking::new());
+        m.mark_true(service::ROUTES_READY);
+        let child = |status, reason: &str| Condition {
+            type_: CONDITION_READY.into(),
+            status,
+            reason: reason.into(),
+            message: format!("{reason}!"),
+            ..Default::default()
+        };
+        m.propagate(
+            service::CONFIGURATIONS_READY,
+            &child(ConditionStatus::Unknown, "Deploying"),
+        );
+        let got = m.get_condition(service::CONFIGURATIONS_READY).expect("set");
+        assert!(got.is_unknown() && got.reason == "Deploying" && got.message == "Deploying!");
+        m.propagate(
+            service::CONFIGURATIONS_READY,
+            &child(ConditionStatus::False, "RevisionFailed"),
+        );
+        assert_eq!(
+            m.top_level_condition().map(|c| c.reason.as_str()),
+            Some("RevisionFailed")
+        );
+        m.propagate(
+            service::CONFIGURATIONS_READY,
+            &child(ConditionStatus::True, "Ignored"),
+        );
+        assert_eq!(
+            m.get_condition(service::CONFIGURATIONS_READY)
+                .map(|c| c.reason.as_str()),
+            Some("")
+        );
+        assert!(m.is_happy());
+    }
+
+    #[test]
+    fn messages_read_like_upstreams() {
+        assert_eq!(
+            route::revision_failed_message("hello-00001"),
+            r#"Revision "hello-00001" failed to become ready."#
+        );
+        assert_eq!(
+            route::missing_target_reason("Configuration"),
+            "ConfigurationMissing"
+        );
+        assert_eq!(
+            route::missing_target_message("Configuration", "hello"),
+            r#"Configuration "hello" referenced in traffic not found."#
+        );
+        assert_eq!(
+            resource_not_owned_message("placeholder Service", "hello"),
+            r#"There is an existing placeholder Service "hello" that we do not own."#
+        );
+        assert_eq!(
+            configuration::latest_created_failed_message("hello-00002", "boom"),
+            r#"Revision "hello-00002" failed with message: boom."#
+        );
+        assert_eq!(
+            service::revision_name_taken_message("hello-v1"),
+            r#"The revision name "hello-v1" is taken by a conflicting Revision, so traffic will not be migrated"#
+        );
+    }
 }

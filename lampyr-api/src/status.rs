@@ -288,8 +288,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::conditions::KnativeStatus;
-    use crate::conditions::{CONDITION_READY, ConditionSeverity};
+    use crate::conditions::{ConditionSeverity, ConditionStatus, ingress};
+    use crate::domain_mapping::DomainMappingStatus;
+    use crate::networking::LoadBalancerIngressStatus;
 
     /// A Revision status as the upstream reconciler writes it.
     fn upstream() -> serde_json::Value {
@@ -389,6 +390,147 @@ mod tests {
                 .get_condition(CONDITION_READY)
                 .map(|c| c.reason.as_str()),
             Some(revision::REASON_PROGRESS_DEADLINE_EXCEEDED)
+        );
+    }
+
+    fn ready_of<S: KnativeStatus>(status: &S) -> (ConditionStatus, &str) {
+        let ready = status.get_condition(CONDITION_READY).expect("Ready set");
+        (ready.status, ready.reason.as_str())
+    }
+
+    #[test]
+    fn configuration_is_ready_once_its_latest_created_revision_is() {
+        let mut status = ConfigurationStatus::default();
+        status.initialize_conditions();
+        status.set_latest_created_revision_name("hello-00001");
+        assert_eq!(ready_of(&status), (ConditionStatus::Unknown, ""));
+        status.set_latest_ready_revision_name("hello-00001");
+        assert_eq!(ready_of(&status), (ConditionStatus::True, ""));
+        status.set_latest_created_revision_name("hello-00002");
+        assert_eq!(ready_of(&status), (ConditionStatus::Unknown, ""));
+        assert_eq!(status.latest_ready_revision_name, "hello-00001");
+        status.manage().mark_false(
+            CONDITION_READY,
+            configuration::REASON_REVISION_FAILED,
+            &configuration::latest_created_failed_message("hello-00002", "boom"),
+        );
+        status.set_observed_generation(2);
+        assert!(status.is_failed(Some(2)));
+    }
+
+    #[test]
+    fn service_copies_its_configuration_and_route() {
+        let mut config = ConfigurationStatus::default();
+        config.set_latest_created_revision_name("hello-00001");
+        config.set_latest_ready_revision_name("hello-00001");
+        let mut route = RouteStatus {
+            url: Some("http://hello.default.example.com".into()),
+            address: Some(Addressable {
+                url: Some("http://hello.default.svc.cluster.local".into()),
+                ..Default::default()
+            }),
+            traffic: vec![TrafficTarget {
+                revision_name: Some("hello-00001".into()),
+                percent: Some(100),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut service = ServiceStatus::default();
+        service.initialize_conditions();
+        // A child without Ready leaves the Service's condition alone.
+        service.propagate_route_status(&route);
+        assert_eq!(service.url, route.url);
+        assert!(
+            service
+                .get_condition(service::ROUTES_READY)
+                .is_some_and(|c| c.is_unknown() && c.reason.is_empty())
+        );
+
+        route.manage().mark_unknown(
+            route::INGRESS_READY,
+            route::REASON_INGRESS_NOT_CONFIGURED,
+            route::MESSAGE_INGRESS_NOT_CONFIGURED,
+        );
+        service.propagate_configuration_status(&config);
+        service.propagate_route_status(&route);
+        assert_eq!(service.latest_ready_revision_name, "hello-00001");
+        assert_eq!(service.latest_created_revision_name, "hello-00001");
+        assert_eq!(service.traffic, route.traffic);
+        assert_eq!(service.address, route.address);
+        assert_eq!(
+            ready_of(&service),
+            (
+                ConditionStatus::Unknown,
+                route::REASON_INGRESS_NOT_CONFIGURED
+            )
+        );
+
+        for dependent in [route::ALL_TRAFFIC_ASSIGNED, route::INGRESS_READY] {
+            assert_ne!(ready_of(&route).0, ConditionStatus::True);
+            route.manage().mark_true(dependent);
+        }
+        route.manage().mark_true_with_reason(
+            route::CERTIFICATE_PROVISIONED,
+            route::REASON_TLS_NOT_ENABLED,
+            route::MESSAGE_EXTERNAL_DOMAIN_TLS_NOT_ENABLED,
+        );
+        service.propagate_route_status(&route);
+        assert_eq!(ready_of(&service), (ConditionStatus::True, ""));
+    }
+
+    /// `propagate` makes `type_` of a fresh `S` follow a KIngress's `Ready`.
+    fn check_follows_ingress<S: KnativeStatus + Default>(
+        propagate: fn(&mut S, &IngressStatus),
+        type_: &str,
+    ) {
+        let condition = |s: &S| {
+            let c = s.get_condition(type_).expect("set");
+            (c.status, c.reason.clone())
+        };
+        let mut status = S::default();
+        let mut kingress = IngressStatus::default();
+        propagate(&mut status, &kingress);
+        assert_eq!(
+            condition(&status),
+            (
+                ConditionStatus::Unknown,
+                route::REASON_INGRESS_NOT_CONFIGURED.into()
+            )
+        );
+
+        kingress.initialize_conditions();
+        kingress.manage().mark_unknown(
+            ingress::LOAD_BALANCER_READY,
+            ingress::REASON_UNINITIALIZED,
+            ingress::MESSAGE_LOAD_BALANCER_NOT_READY,
+        );
+        propagate(&mut status, &kingress);
+        assert_eq!(
+            condition(&status),
+            (
+                ConditionStatus::Unknown,
+                ingress::REASON_UNINITIALIZED.into()
+            )
+        );
+
+        kingress.manage().mark_true(ingress::NETWORK_CONFIGURED);
+        let lb = LoadBalancerIngressStatus {
+            domain_internal: "kourier.kourier-system.svc.cluster.local".into(),
+            ..Default::default()
+        };
+        kingress.mark_load_balancer_ready(vec![lb.clone()], vec![lb]);
+        assert_eq!(ready_of(&kingress), (ConditionStatus::True, ""));
+        propagate(&mut status, &kingress);
+        assert_eq!(condition(&status), (ConditionStatus::True, String::new()));
+    }
+
+    #[test]
+    fn routes_and_domain_mappings_follow_their_kingress() {
+        check_follows_ingress(RouteStatus::propagate_ingress_status, route::INGRESS_READY);
+        check_follows_ingress(
+            DomainMappingStatus::propagate_ingress_status,
+            crate::conditions::domain_mapping::INGRESS_READY,
         );
     }
 }
