@@ -1,12 +1,22 @@
-//! Label and annotation keys Lampyr reads or writes.
+//! API groups, and the label and annotation keys Lampyr reads or writes.
 //!
 //! Autoscaling annotations are listed canonical key first; the camelCase
 //! aliases that upstream Knative still accepts are in [`AUTOSCALING_ALIASES`].
+//! Other keys upstream reads under more than one name have a `*_KEYS` list,
+//! highest priority first, for [`lookup`].
+
+use std::collections::BTreeMap;
 
 /// The API group of Knative Serving.
 pub const SERVING_GROUP: &str = "serving.knative.dev";
 /// The only `apiVersion` Lampyr reads for Knative Serving objects.
 pub const SERVING_API_VERSION: &str = "serving.knative.dev/v1";
+
+/// The API group of Knative's networking objects (KIngress, Certificate,
+/// ClusterDomainClaim).
+pub const NETWORKING_GROUP: &str = "networking.internal.knative.dev";
+/// The API group of Knative's public networking labels and annotations.
+pub const NETWORKING_PUBLIC_GROUP: &str = "networking.knative.dev";
 
 /// Annotation naming the snapshot artifact (OCI reference) a Revision runs as fibers.
 pub const SNAPSHOT_ARTIFACT: &str = "lampyr.dev/snapshot-artifact";
@@ -41,6 +51,68 @@ pub const ROUTES_ANNOTATION: &str = "serving.knative.dev/routes";
 pub const NO_GC_ANNOTATION: &str = "serving.knative.dev/no-gc";
 /// Label: the visibility of a Service or Route (`cluster-local`).
 pub const VISIBILITY_LABEL: &str = "networking.knative.dev/visibility";
+/// The value of [`VISIBILITY_LABEL`] that keeps a Service or Route inside the cluster.
+pub const VISIBILITY_CLUSTER_LOCAL: &str = "cluster-local";
+/// Label on a KIngress: the namespace of the Route it belongs to.
+pub const ROUTE_NAMESPACE_LABEL: &str = "serving.knative.dev/routeNamespace";
+/// Label on a KIngress: the UID of the DomainMapping it belongs to.
+pub const DOMAIN_MAPPING_UID_LABEL: &str = "serving.knative.dev/domainMappingUID";
+/// Label on a KIngress: the namespace of the DomainMapping it belongs to.
+pub const DOMAIN_MAPPING_NAMESPACE_LABEL: &str = "serving.knative.dev/domainMappingNamespace";
+/// Annotation on a Route or Service: how long a new Revision takes to get all
+/// its traffic (Go duration; immediate when unset).
+pub const ROLLOUT_DURATION_ANNOTATION: &str = "serving.knative.dev/rollout-duration";
+/// [`ROLLOUT_DURATION_ANNOTATION`] and its older camelCase name, in upstream's priority.
+pub const ROLLOUT_DURATION_KEYS: &[&str] = &[
+    ROLLOUT_DURATION_ANNOTATION,
+    "serving.knative.dev/rolloutDuration",
+];
+/// Annotation on a Revision template: its progress deadline (Go duration).
+pub const PROGRESS_DEADLINE_ANNOTATION: &str = "serving.knative.dev/progress-deadline";
+
+/// Annotation: the ingress class that implements an object's KIngresses.
+pub const INGRESS_CLASS_ANNOTATION: &str = "networking.knative.dev/ingress.class";
+/// [`INGRESS_CLASS_ANNOTATION`] and its alternative name, in upstream's priority.
+pub const INGRESS_CLASS_KEYS: &[&str] = &[
+    INGRESS_CLASS_ANNOTATION,
+    "networking.knative.dev/ingress-class",
+];
+/// Kourier's ingress class.
+pub const KOURIER_INGRESS_CLASS: &str = "kourier.ingress.networking.knative.dev";
+/// Annotation: the certificate class that implements an object's Certificates.
+pub const CERTIFICATE_CLASS_ANNOTATION: &str = "networking.knative.dev/certificate.class";
+/// [`CERTIFICATE_CLASS_ANNOTATION`] and its alternative name, in upstream's priority.
+pub const CERTIFICATE_CLASS_KEYS: &[&str] = &[
+    CERTIFICATE_CLASS_ANNOTATION,
+    "networking.knative.dev/certificate-class",
+];
+/// Label on a Certificate: what it is for (e.g. `system-internal`).
+pub const CERTIFICATE_TYPE_LABEL: &str = "networking.knative.dev/certificate-type";
+/// Label on a Certificate: the domain of a wildcard certificate.
+pub const WILDCARD_CERT_DOMAIN_LABEL: &str = "networking.knative.dev/wildcardDomain";
+/// Annotation on a Service, Route or DomainMapping: `Enabled` or `Redirected`
+/// plain HTTP.
+pub const HTTP_PROTOCOL_ANNOTATION: &str = "networking.knative.dev/http-protocol";
+/// The HTTP-protocol annotation's names, in upstream's priority.
+pub const HTTP_PROTOCOL_KEYS: &[&str] = &[
+    "networking.knative.dev/httpOption",
+    HTTP_PROTOCOL_ANNOTATION,
+];
+/// Annotation `"true"`: no certificate for the object's external domains.
+pub const DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION: &str =
+    "networking.knative.dev/disable-external-domain-tls";
+/// The disable-external-domain-TLS annotation's names, in upstream's priority.
+pub const DISABLE_EXTERNAL_DOMAIN_TLS_KEYS: &[&str] = &[
+    "networking.knative.dev/disableAutoTLS",
+    "networking.knative.dev/disable-auto-tls",
+    DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION,
+];
+/// Label on a KIngress's children: the KIngress they belong to.
+pub const INGRESS_LABEL: &str = "networking.internal.knative.dev/ingress";
+/// Label on a Certificate's children: the UID of the Certificate.
+pub const CERTIFICATE_UID_LABEL: &str = "networking.internal.knative.dev/certificate-uid";
+/// Annotation on a KIngress: the state of a gradual rollout (JSON).
+pub const ROLLOUT_ANNOTATION: &str = "networking.internal.knative.dev/rollout";
 
 /// Prefix of every autoscaling annotation key.
 pub const AUTOSCALING_PREFIX: &str = "autoscaling.knative.dev/";
@@ -118,4 +190,51 @@ pub fn autoscaling_alias(canonical: &str) -> Option<&'static str> {
         .iter()
         .find(|(c, _)| *c == canonical)
         .map(|(_, a)| *a)
+}
+
+/// The value of the first of `keys` present in `map`, with that key
+/// (upstream `kmap.KeyPriority.Get`): `keys` is one of the `*_KEYS` lists.
+pub fn lookup<'a>(
+    map: &'a BTreeMap<String, String>,
+    keys: &[&'static str],
+) -> Option<(&'static str, &'a str)> {
+    keys.iter()
+        .find_map(|k| map.get(*k).map(|v| (*k, v.as_str())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_follows_upstream_priority() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let both = map(&[
+            ("networking.knative.dev/ingress-class", "alt"),
+            (INGRESS_CLASS_ANNOTATION, KOURIER_INGRESS_CLASS),
+        ]);
+        assert_eq!(
+            lookup(&both, INGRESS_CLASS_KEYS),
+            Some((INGRESS_CLASS_ANNOTATION, KOURIER_INGRESS_CLASS))
+        );
+        let old = map(&[("serving.knative.dev/rolloutDuration", "60s")]);
+        assert_eq!(
+            lookup(&old, ROLLOUT_DURATION_KEYS),
+            Some(("serving.knative.dev/rolloutDuration", "60s"))
+        );
+        assert_eq!(lookup(&old, CERTIFICATE_CLASS_KEYS), None);
+        let tls = map(&[
+            (DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION, "true"),
+            ("networking.knative.dev/disable-auto-tls", "false"),
+        ]);
+        assert_eq!(
+            lookup(&tls, DISABLE_EXTERNAL_DOMAIN_TLS_KEYS).map(|(_, v)| v),
+            Some("false")
+        );
+    }
 }

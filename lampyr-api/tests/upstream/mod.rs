@@ -335,3 +335,30 @@ pub fn declares(paths: &[String], path: &str) -> bool {
         None => p == path,
     })
 }
+
+/// The label and annotation keys upstream's Go files define, as
+/// `<Group> + "/name"` expressions over their `*GroupName` constants or as
+/// whole string literals.
+pub fn defined_keys(files: &[PathBuf]) -> std::collections::BTreeSet<String> {
+    let group = regex::Regex::new(r#"(\w*GroupName)\s*=\s*"([^"]+)""#).expect("regex");
+    let joined = regex::Regex::new(r#"(\w*GroupName)\s*\+\s*"(/[^"]+)""#).expect("regex");
+    let literal = regex::Regex::new(r#""([a-z.]+\.knative\.dev/[^"]+)""#).expect("regex");
+    let mut keys = std::collections::BTreeSet::new();
+    for file in files {
+        let text =
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let groups: BTreeMap<&str, &str> = group
+            .captures_iter(&text)
+            .filter_map(|c| Some((c.get(1)?.as_str(), c.get(2)?.as_str())))
+            .collect();
+        for c in joined.captures_iter(&text) {
+            let name = &c[1];
+            let prefix = groups
+                .get(name)
+                .unwrap_or_else(|| panic!("{}: no value for {name}", file.display()));
+            keys.insert(format!("{prefix}{}", &c[2]));
+        }
+        keys.extend(literal.captures_iter(&text).map(|c| c[1].to_owned()));
+    }
+    keys
+}

@@ -1,5 +1,5 @@
-//! Wire compatibility with upstream Knative, checked against the pinned
-//! upstream modules at test time (see `upstream/mod.rs`):
+//! Compatibility with upstream Knative, checked against the pinned upstream
+//! modules at test time (see `upstream/mod.rs`):
 //!
 //! - every example object upstream ships as YAML or JSON round-trips through
 //!   its Lampyr type without losing or changing a field;
@@ -7,7 +7,8 @@
 //!   the pod spec) set round-trip too;
 //! - everything Lampyr serializes is accepted by upstream's CRD schemas, and
 //!   the field names of Lampyr's types are upstream's, no more and no fewer;
-//! - zero values serialize as Go's `encoding/json` writes them.
+//! - zero values serialize as Go's `encoding/json` writes them;
+//! - every Knative label or annotation key in `keys.rs` is one upstream defines.
 
 mod upstream;
 
@@ -538,4 +539,48 @@ fn zero_values_serialize_like_go() {
         serde_json::to_value(t).expect("serializes"),
         json!({"percent": 0})
     );
+}
+
+/// Keys in `keys.rs` that upstream does not define.
+///
+/// `autoscaling.knative.dev/activationScale`: Lampyr's translation accepts it
+/// as an alias of `activation-scale`, but upstream v0.42.2 has no such alias
+/// (its `ActivationScale` priority list holds the canonical key only), so
+/// upstream ignores it. Removing it changes lampyr-fiber's translation.
+const NOT_UPSTREAM: &[&str] = &["autoscaling.knative.dev/activationScale"];
+
+#[test]
+fn knative_keys_are_upstreams() {
+    let serving = upstream::module_dir(upstream::SERVING);
+    let networking = upstream::module_dir(upstream::NETWORKING);
+    let theirs = upstream::defined_keys(&[
+        serving.join("pkg/apis/serving/register.go"),
+        serving.join("pkg/apis/autoscaling/register.go"),
+        networking.join("pkg/apis/networking/register.go"),
+    ]);
+    let literal = regex::Regex::new(
+        r#""((?:serving|autoscaling|networking|networking\.internal)\.knative\.dev/[^"]+)""#,
+    )
+    .expect("regex");
+    let api_version = regex::Regex::new(r"^[a-z.]+/v[0-9]+((alpha|beta)[0-9]+)?$").expect("regex");
+    let ours: Vec<&str> = literal
+        .captures_iter(include_str!("../src/keys.rs"))
+        .filter_map(|c| c.get(1).map(|m| m.as_str()))
+        .filter(|k| !api_version.is_match(k))
+        .collect();
+    assert!(ours.len() > 40, "keys.rs literals found: {ours:?}");
+    let unknown: Vec<_> = ours
+        .iter()
+        .filter(|k| !theirs.contains(**k) && !NOT_UPSTREAM.contains(k))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "keys.rs keys upstream does not define: {unknown:?}"
+    );
+    for k in NOT_UPSTREAM {
+        assert!(
+            !theirs.contains(*k),
+            "{k} is upstream's now: drop it from NOT_UPSTREAM"
+        );
+    }
 }
