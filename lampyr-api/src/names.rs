@@ -9,7 +9,8 @@ const MD5_HEX_LEN: usize = 32;
 /// Room left for the parent's head when its hash is appended.
 const HEAD: usize = MAX_NAME_LEN - MD5_HEX_LEN;
 
-/// Knative's `kmeta.ChildName`: `parent + suffix`, shortened to fit 63 bytes.
+/// Knative's `kmeta.ChildName` (knative.dev/pkg, checked against the pinned
+/// version): `parent + suffix`, shortened to fit 63 bytes.
 ///
 /// If `parent + suffix` is longer than 63 bytes, the parent is cut to
 /// `63 - 32 - len(suffix)` bytes and the MD5 hex of the whole parent is put
@@ -98,5 +99,19 @@ mod tests {
         assert!(name.len() <= 63);
         assert!(name.starts_with("ab"));
         assert!(name.ends_with('s'));
+    }
+
+    #[test]
+    fn a_cut_suffix_loses_its_trailing_dash() {
+        // Digest computed independently (Python's hashlib): the suffix is cut
+        // to fit after the hash, right after its dash, which is then dropped.
+        let parent = "p".repeat(10);
+        let suffix = format!("{}-{}", "s".repeat(20), "t".repeat(33));
+        let name = child_name(&parent, &suffix);
+        assert_eq!(
+            name,
+            format!("{parent}d25e93088635699b3b41335b51ec0556{}", "s".repeat(20))
+        );
+        assert_eq!(name.len(), 62);
     }
 }
