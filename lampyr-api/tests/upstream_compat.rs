@@ -7,7 +7,9 @@
 //!   the pod spec) set round-trip too;
 //! - everything Lampyr serializes is accepted by upstream's CRD schemas, and
 //!   the field names of Lampyr's types are upstream's, no more and no fewer;
-//! - zero values serialize as Go's `encoding/json` writes them;
+//! - what upstream's Go types write (a generator built against the pinned
+//!   modules at test time) reads back unchanged: zero values of every spec and
+//!   status type, and fuzzed objects of every kind with every field set;
 //! - every Knative label or annotation key in `keys.rs` is one upstream defines.
 
 mod upstream;
@@ -15,15 +17,17 @@ mod upstream;
 use std::collections::BTreeMap;
 
 use kube::Resource;
+use lampyr_api::domain_mapping::SecretTls;
 use lampyr_api::networking::{
     Certificate, CertificateSpec, CertificateStatus, ClusterDomainClaim, ClusterDomainClaimSpec,
-    HeaderMatch, Http01Challenge, HttpIngressRuleValue, Ingress, IngressBackendSplit, IngressSpec,
-    IngressStatus, LoadBalancerIngressStatus,
+    HeaderMatch, Http01Challenge, HttpIngressPath, HttpIngressRuleValue, Ingress,
+    IngressBackendSplit, IngressRule, IngressSpec, IngressStatus, IngressTls,
+    LoadBalancerIngressStatus, LoadBalancerStatus,
 };
 use lampyr_api::{
-    Addressable, Configuration, ConfigurationStatus, DomainMapping, DomainMappingSpec,
-    DomainMappingStatus, KReference, Revision, RevisionStatus, Route, RouteStatus, Service,
-    ServiceStatus, TrafficTarget,
+    Addressable, Configuration, ConfigurationStatus, ContainerStatus, DomainMapping,
+    DomainMappingSpec, DomainMappingStatus, KReference, Revision, RevisionStatus, Route, RouteSpec,
+    RouteStatus, Service, ServiceStatus, TrafficTarget,
 };
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
@@ -489,49 +493,87 @@ fn field_names_plural_and_scope_are_upstreams() {
     }
 }
 
-/// What Go's `encoding/json` writes for a zero value of the upstream type:
-/// `omitempty` fields are left out, the others written empty.
+/// Lampyr's zero value of each type, by the upstream Go type's name.
+macro_rules! zeros {
+    ($($go:literal => $ty:ty),* $(,)?) => {
+        BTreeMap::from([$(
+            ($go, serde_json::to_value(<$ty>::default()).expect("serializes")),
+        )*])
+    };
+}
+
+/// What upstream's Go types write (built and run at test time, see
+/// `upstream/wiregen`): zero values match Lampyr's, and fuzzed objects of
+/// every kind, every field set, round-trip and fit upstream's CRD schemas.
 #[test]
-fn zero_values_serialize_like_go() {
-    fn zero<T: Default + Serialize>() -> Value {
-        serde_json::to_value(T::default()).expect("serializes")
+fn what_upstreams_go_types_write_round_trips() {
+    let up = upstream();
+    let zeros = zeros! {
+        "ServiceStatus" => ServiceStatus,
+        "ConfigurationStatus" => ConfigurationStatus,
+        "RevisionStatus" => RevisionStatus,
+        "RouteStatus" => RouteStatus,
+        "RouteSpec" => RouteSpec,
+        "TrafficTarget" => TrafficTarget,
+        "ContainerStatus" => ContainerStatus,
+        "DomainMappingSpec" => DomainMappingSpec,
+        "DomainMappingStatus" => DomainMappingStatus,
+        "SecretTLS" => SecretTls,
+        "Addressable" => Addressable,
+        "KReference" => KReference,
+        "IngressSpec" => IngressSpec,
+        "IngressTLS" => IngressTls,
+        "IngressRule" => IngressRule,
+        "HTTPIngressRuleValue" => HttpIngressRuleValue,
+        "HTTPIngressPath" => HttpIngressPath,
+        "IngressBackendSplit" => IngressBackendSplit,
+        "HeaderMatch" => HeaderMatch,
+        "IngressStatus" => IngressStatus,
+        "LoadBalancerStatus" => LoadBalancerStatus,
+        "LoadBalancerIngressStatus" => LoadBalancerIngressStatus,
+        "CertificateSpec" => CertificateSpec,
+        "CertificateStatus" => CertificateStatus,
+        "HTTP01Challenge" => Http01Challenge,
+        "ClusterDomainClaimSpec" => ClusterDomainClaimSpec,
+    };
+    let mut zeros_seen = Vec::new();
+    let mut fuzzed = BTreeMap::<String, usize>::new();
+    for (ty, case, value) in upstream::go_written() {
+        if case == "zero" {
+            let ours = zeros
+                .get(ty.as_str())
+                .unwrap_or_else(|| panic!("no Lampyr type for Go's {ty}"));
+            let (ours, go) = (
+                upstream::without_empty(ours, true),
+                upstream::without_empty(&value, true),
+            );
+            assert_eq!(ours, go, "{ty}: Lampyr's zero value is written unlike Go's");
+            zeros_seen.push(ty);
+        } else {
+            up.check(
+                &format!("Go-written {ty} ({case})"),
+                &upstream::without_empty(&value, false),
+            );
+            *fuzzed.entry(ty).or_default() += 1;
+        }
     }
-    let cases = [
-        (zero::<ServiceStatus>(), json!({})),
-        (zero::<ConfigurationStatus>(), json!({})),
-        (zero::<RevisionStatus>(), json!({})),
-        (zero::<RouteStatus>(), json!({})),
-        (zero::<DomainMappingStatus>(), json!({})),
-        (zero::<IngressStatus>(), json!({})),
-        (zero::<CertificateStatus>(), json!({})),
-        (zero::<TrafficTarget>(), json!({})),
-        (zero::<Addressable>(), json!({})),
-        (zero::<IngressSpec>(), json!({})),
-        (zero::<LoadBalancerIngressStatus>(), json!({})),
-        (zero::<KReference>(), json!({"kind": "", "name": ""})),
-        (
-            zero::<DomainMappingSpec>(),
-            json!({"ref": {"kind": "", "name": ""}}),
-        ),
-        (zero::<HttpIngressRuleValue>(), json!({"paths": []})),
-        (
-            zero::<IngressBackendSplit>(),
-            json!({"serviceNamespace": "", "serviceName": "", "servicePort": 0}),
-        ),
-        (zero::<HeaderMatch>(), json!({"exact": ""})),
-        (
-            zero::<CertificateSpec>(),
-            json!({"dnsNames": [], "secretName": ""}),
-        ),
-        (zero::<Http01Challenge>(), json!({"servicePort": 0})),
-        (zero::<ClusterDomainClaimSpec>(), json!({"namespace": ""})),
-    ];
-    for (i, (got, want)) in cases.into_iter().enumerate() {
-        assert_eq!(got, want, "case {i}");
-    }
-    // Go drops empty strings behind `omitempty` even when the field was set.
+    zeros_seen.sort();
+    assert_eq!(
+        zeros_seen,
+        zeros.keys().copied().collect::<Vec<_>>(),
+        "zero values checked"
+    );
+    let kinds: BTreeMap<String, usize> = up.kinds.iter().map(|k| (k.kind.to_owned(), 20)).collect();
+    assert_eq!(fuzzed, kinds, "fuzzed objects checked, by kind");
+}
+
+/// Go's `omitempty` drops an empty string even where Lampyr keeps the field
+/// as an `Option` (spec fields, to tell unset from set).
+#[test]
+fn set_but_empty_strings_are_left_out_like_go() {
     let t = TrafficTarget {
         tag: Some(String::new()),
+        revision_name: Some(String::new()),
         percent: Some(0),
         ..Default::default()
     };

@@ -53,6 +53,85 @@ pub fn module_dir(module: &str) -> PathBuf {
     PathBuf::from(dir)
 }
 
+/// What the upstream Go types write: the lines `tests/upstream/wiregen`
+/// prints, as `(Go type or kind, case, value)`.
+///
+/// The generator is built in a copy of `knative/go.mod` and `go.sum` under
+/// cargo's per-target temporary directory, so it uses the pinned versions;
+/// Go's build cache makes later runs take about a second.
+pub fn go_written() -> Vec<(String, String, Value)> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let knative = manifest.join("../knative");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wiregen");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let read =
+        |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let go_mod = read(&knative.join("go.mod")).replacen(
+        "module lampyr.dev/knative",
+        "module lampyr.dev/wiregen",
+        1,
+    );
+    for (name, text) in [
+        ("go.mod", go_mod),
+        ("go.sum", read(&knative.join("go.sum"))),
+        (
+            "main.go",
+            read(&manifest.join("tests/upstream/wiregen/main.go")),
+        ),
+    ] {
+        std::fs::write(dir.join(name), text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let out = Command::new("go")
+        .arg("-C")
+        .arg(&dir)
+        .args(["run", "."])
+        // The pinned modules come from the cache; -mod=mod lets go record the
+        // generator's direct imports in the copied go.mod.
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOWORK", "off")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("`go run` of tests/upstream/wiregen could not start ({e}); install Go")
+        });
+    assert!(
+        out.status.success(),
+        "tests/upstream/wiregen failed; run `go -C knative mod download` if a module is missing:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).expect("wiregen prints JSON lines");
+            let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+            (s("type"), s("case"), v["value"].take())
+        })
+        .collect()
+}
+
+/// `value` without `null` members (Go writes `null` for a zero time in a
+/// struct and for nil lists without `omitempty`; the API server prunes them)
+/// and, with `empty_lists`, without `[]` members either (Go's decoder and the
+/// API server read both as an empty list).
+pub fn without_empty(value: &Value, empty_lists: bool) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .filter(|(_, v)| !(empty_lists && v.as_array().is_some_and(Vec::is_empty)))
+                .map(|(k, v)| (k.clone(), without_empty(v, empty_lists)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| without_empty(v, empty_lists))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 /// One object found in an upstream file.
 pub struct Example {
     /// `module/relative/path.yaml#document`.
