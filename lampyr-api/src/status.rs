@@ -23,7 +23,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{
-    CONDITION_READY, Condition, KnativeStatus, configuration, revision, route, service,
+    CONDITION_READY, Clock, Condition, ConditionManager, KnativeStatus, configuration, revision,
+    route, service,
 };
 use crate::duck::Addressable;
 use crate::networking::IngressStatus;
@@ -268,8 +269,8 @@ impl ServiceStatus {
 /// Upstream's `PropagateIngressStatus` for Routes and DomainMappings:
 /// `type_` follows the KIngress's `Ready`, or is Unknown
 /// `IngressNotConfigured` while the KIngress has none.
-pub(crate) fn propagate_or_not_configured<C: crate::conditions::Clock>(
-    manager: &mut crate::conditions::ConditionManager<'_, C>,
+pub(crate) fn propagate_or_not_configured<C: Clock>(
+    manager: &mut ConditionManager<'_, C>,
     type_: &str,
     ingress: &IngressStatus,
 ) {
