@@ -1,12 +1,15 @@
 //! Test support shared by Lampyr's crates: example guests built once per
-//! process, and real components (an OCI registry) started on loopback.
+//! process, and real components started on loopback: an OCI registry, and a
+//! Kubernetes API server with upstream Knative composed as Lampyr runs it.
 //!
 //! Everything here fails loudly, naming the setup step, when a prerequisite
 //! (`/dev/kvm`, the guest target, `docker-registry`) is missing: a test that
 //! needs one never passes by skipping.
 
+pub mod cluster;
 pub mod guests;
 pub mod registry;
 
+pub use cluster::Cluster;
 pub use guests::{example_elf, repo_root, require_kvm, test_guest_elf};
 pub use registry::TestRegistry;

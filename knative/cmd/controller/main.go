@@ -58,8 +58,16 @@ func main() {
 		"reconciliation-timeout", reconciler.DefaultTimeout,
 		"The amount of time to give each reconciliation of a resource to complete before its context is canceled.")
 
+	// Off only where several controllers share one host's network (the
+	// test environment): upstream's probes always bind :8080.
+	probes := flag.Bool("health-probes", true,
+		"Serve the readiness and liveness probes on :8080 (upstream's fixed port).")
+
 	ctx := signals.NewContext()
 	// Parses the flags (--kubeconfig, --server, the one above).
 	cfg := injection.ParseAndGetRESTConfigOrDie()
+	if !*probes {
+		ctx = sharedmain.WithHealthProbesDisabled(ctx)
+	}
 	sharedmain.MainWithConfig(ctx, component, cfg, ctors...)
 }

@@ -1,0 +1,167 @@
+//! Installs upstream Knative Serving's CRDs, configuration, RBAC and webhook
+//! registrations from the pinned modules' `config/` manifests, by server-side apply.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Discovery, Scope};
+use kube::Client;
+use serde::Deserialize;
+
+use super::upstream::KnativeModules;
+
+/// The namespace upstream Knative Serving runs in.
+pub const SYSTEM_NAMESPACE: &str = "knative-serving";
+/// The field manager of everything the environment applies.
+const FIELD_MANAGER: &str = "lampyr-testenv";
+
+/// One parsed manifest document and the file it came from.
+pub struct Document {
+    /// The file, for error messages.
+    pub source: PathBuf,
+    /// The object.
+    pub object: serde_json::Value,
+}
+
+/// The CRD manifests: serving's `300-resources/` and networking's four.
+pub fn crd_files(modules: &KnativeModules) -> Result<Vec<PathBuf>, String> {
+    let mut files = yaml_files(&modules.serving.join("config/core/300-resources"))?;
+    for name in ["ingress.yaml", "certificate.yaml", "domain-claim.yaml", "serverlessservice.yaml"] {
+        files.push(modules.networking.join("config").join(name));
+    }
+    Ok(files)
+}
+
+/// The namespace, RBAC, configuration and webhook manifests the composed
+/// controller and the webhook need, activator objects left out.
+pub fn system_files(modules: &KnativeModules) -> Result<Vec<PathBuf>, String> {
+    let core = modules.serving.join("config/core");
+    let mut files = vec![core.join("100-namespace.yaml"), core.join("200-serviceaccount.yaml")];
+    files.extend(yaml_files(&core.join("200-roles"))?.into_iter().filter(|f| !f.ends_with("activator.yaml")));
+    files.extend(yaml_files(&core.join("configmaps"))?);
+    files.push(modules.networking.join("config/config-network.yaml"));
+    files.extend(yaml_files(&core.join("webhooks"))?);
+    Ok(files)
+}
+
+/// Whether a document is one of the activator's (not part of Lampyr's composition).
+pub fn is_activator_object(object: &serde_json::Value) -> bool {
+    let name = object.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap_or_default();
+    name == "activator" || name.starts_with("knative-serving-activator")
+}
+
+fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Parses every non-empty document of `files`, in order.
+pub fn read_documents(files: &[PathBuf]) -> Result<Vec<Document>, String> {
+    let mut documents = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let object = serde_json::Value::deserialize(document)
+                .map_err(|e| format!("parsing {}: {e}", file.display()))?;
+            if !object.is_null() {
+                documents.push(Document { source: file.clone(), object });
+            }
+        }
+    }
+    Ok(documents)
+}
+
+/// Server-side applies `documents` in order, resolving each kind through discovery.
+pub async fn apply(client: &Client, documents: &[Document]) -> Result<(), String> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(|e| format!("API discovery failed: {e}"))?;
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for document in documents {
+        let where_ = || format!("{}", document.source.display());
+        let object: DynamicObject = serde_json::from_value(document.object.clone())
+            .map_err(|e| format!("{}: not a Kubernetes object: {e}", where_()))?;
+        let types = object.types.as_ref().ok_or_else(|| format!("{}: no apiVersion/kind", where_()))?;
+        let gvk = GroupVersionKind::try_from(types).map_err(|e| format!("{}: {e}", where_()))?;
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .ok_or_else(|| format!("{}: the API server does not serve {gvk:?}", where_()))?;
+        let name = object.metadata.name.clone().ok_or_else(|| format!("{}: object without a name", where_()))?;
+        let api: Api<DynamicObject> = match (caps.scope, object.metadata.namespace.as_deref()) {
+            (Scope::Namespaced, Some(namespace)) => Api::namespaced_with(client.clone(), namespace, &resource),
+            (Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &resource),
+            (Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &params, &Patch::Apply(&object))
+            .await
+            .map_err(|e| format!("applying {} {name} from {}: {e}", gvk.kind, where_()))?;
+    }
+    Ok(())
+}
+
+/// Waits until every CRD in `documents` reports `Established=True`.
+pub async fn wait_established(client: &Client, documents: &[Document], timeout: Duration) -> Result<(), String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + timeout;
+    for name in documents.iter().filter_map(|d| d.object.pointer("/metadata/name").and_then(|n| n.as_str())) {
+        loop {
+            let crd = api.get(name).await.map_err(|e| format!("reading CRD {name}: {e}"))?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("CRD {name} was not Established within {timeout:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Points the webhook registrations at `port` on the ExternalName Service
+/// `webhook` (which names `localhost`), where the webhook process listens.
+pub fn route_webhooks_to(documents: &mut [Document], port: u16) {
+    for document in documents {
+        let kind = document.object.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        if !kind.ends_with("WebhookConfiguration") {
+            continue;
+        }
+        if let Some(webhooks) = document.object.get_mut("webhooks").and_then(|w| w.as_array_mut()) {
+            for webhook in webhooks {
+                if let Some(service) = webhook.pointer_mut("/clientConfig/service") {
+                    service["port"] = serde_json::json!(port);
+                }
+            }
+        }
+    }
+}
+
+/// The ExternalName Service that stands in for the webhook's Deployment and Service.
+pub fn webhook_service(port: u16) -> Document {
+    let object = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": "webhook", "namespace": SYSTEM_NAMESPACE },
+        "spec": {
+            "type": "ExternalName",
+            "externalName": "localhost",
+            "ports": [{ "name": "https-webhook", "port": 443, "targetPort": port }],
+        },
+    });
+    Document { source: PathBuf::from("(lampyr-testenv: webhook Service)"), object }
+}

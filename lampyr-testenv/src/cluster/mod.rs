@@ -1,0 +1,481 @@
+//! A real Kubernetes control plane with upstream Knative Serving composed as
+//! Lampyr composes it, on loopback ports with a temporary data directory.
+//!
+//! [`Cluster::shared`] starts, once per test process:
+//! - `etcd` and `kube-apiserver` (RBAC, client certificates, service-account tokens);
+//! - `kube-controller-manager` with the garbage collector (owner references),
+//!   the namespace controller and ClusterRole aggregation;
+//! - upstream Knative Serving's CRDs, namespace, RBAC and configuration from
+//!   the pinned modules' `config/`;
+//! - the upstream webhook, registered with the API server (it mints its own
+//!   certificate and fills in the `caBundle`) and reached through an
+//!   ExternalName Service naming `localhost`;
+//! - Lampyr's Knative controller (`knative/cmd/controller`).
+//!
+//! The webhook and the controller run as the `knative-serving/controller`
+//! service account, so upstream's RBAC is what they are allowed.
+//! Every process is killed when the environment is dropped or the test process
+//! exits, however it exits (see [`process::Process`]); the data directory is removed.
+
+mod install;
+pub mod pki;
+mod process;
+pub mod upstream;
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind, ObjectMeta};
+use kube::Client;
+
+pub use install::SYSTEM_NAMESPACE;
+use process::Process;
+use upstream::{Binaries, KnativeModules};
+
+/// Longest the whole start may take once the binaries are built.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+/// Lampyr's Knative controller's component name (its leases start with it).
+const CONTROLLER_COMPONENT: &str = "lampyr-knative-controller";
+/// Reconcilers the composed controller runs; each holds a lease when started.
+const RECONCILERS: [&str; 7] = ["configuration", "labeler", "route", "service", "gc", "nscert", "domainmapping"];
+
+/// A running environment. See the module documentation.
+pub struct Cluster {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    processes: Mutex<Vec<Process>>,
+    versions: BTreeMap<String, String>,
+    start_time: Duration,
+    namespaces: AtomicU32,
+    stopped: AtomicBool,
+}
+
+impl Cluster {
+    /// The environment shared by every test of this test binary, started on first use.
+    ///
+    /// Panics with the reason (and the failing component's log) when it cannot start.
+    pub fn shared() -> &'static Cluster {
+        static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
+        let shared = SHARED.get_or_init(|| {
+            let started = Cluster::start();
+            if started.is_ok() {
+                register_exit_teardown();
+            }
+            started
+        });
+        match shared {
+            Ok(cluster) => cluster,
+            Err(why) => panic!("the cluster test environment did not start: {why}"),
+        }
+    }
+
+    /// Starts a new environment; everything stops when it is dropped.
+    ///
+    /// Runs on its own thread, so it may be called from inside an async runtime.
+    pub fn start() -> Result<Cluster, String> {
+        std::thread::Builder::new()
+            .name("lampyr-testenv-start".into())
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("building a runtime: {e}"))?;
+                runtime.block_on(boot())
+            })
+            .map_err(|e| format!("starting the start-up thread: {e}"))?
+            .join()
+            .map_err(|_| "the start-up thread panicked".to_string())?
+    }
+
+    /// A client acting as the cluster admin (`system:masters`), bound to the caller's runtime.
+    pub async fn client(&self) -> Client {
+        client_for(&self.kubeconfig).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The admin kubeconfig file (`kubectl --kubeconfig` works with it).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// `kubectl` pointed at this environment (Debian's package; `scripts/setup` installs it).
+    pub fn kubectl(&self) -> Command {
+        let mut command = Command::new("kubectl");
+        command.env("KUBECONFIG", &self.kubeconfig).arg("--kubeconfig").arg(&self.kubeconfig);
+        command
+    }
+
+    /// Creates a fresh namespace `<prefix>-<n>` for one test and returns its name.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        let name = format!("{prefix}-{}", self.namespaces.fetch_add(1, Ordering::Relaxed));
+        let namespace = Namespace {
+            metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client().await)
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        name
+    }
+
+    /// Server-side applies every document of the YAML `files` (as `kubectl apply
+    /// --server-side` would) and waits until the CRDs among them are established.
+    pub async fn apply_files(&self, files: &[PathBuf]) -> Result<(), String> {
+        let client = self.client().await;
+        let documents = install::read_documents(files)?;
+        install::apply(&client, &documents).await?;
+        let crds: Vec<install::Document> = documents
+            .into_iter()
+            .filter(|d| d.object.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition"))
+            .collect();
+        install::wait_established(&client, &crds, Duration::from_secs(30)).await
+    }
+
+    /// Process ids of the running components, oldest first.
+    pub fn pids(&self) -> Vec<u32> {
+        self.processes.lock().unwrap_or_else(|p| p.into_inner()).iter().map(Process::pid).collect()
+    }
+
+    /// The environment's data directory (certificates, etcd data, logs, kubeconfigs).
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `name -> version` of every upstream component running.
+    pub fn versions(&self) -> &BTreeMap<String, String> {
+        &self.versions
+    }
+
+    /// How long the start took, from the first process to the controller's leases.
+    pub fn start_time(&self) -> Duration {
+        self.start_time
+    }
+
+    /// The end of a component's log (`etcd`, `kube-apiserver`, `kube-controller-manager`,
+    /// `knative-webhook`, `lampyr-knative-controller`), for failure messages.
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        process::log_tail(&self.dir.join(format!("{component}.log")), lines)
+    }
+
+    /// `Err` naming the first component that has exited, with its log.
+    pub fn check_running(&self) -> Result<(), String> {
+        let mut processes = self.processes.lock().unwrap_or_else(|p| p.into_inner());
+        processes.iter_mut().try_for_each(Process::check_running)
+    }
+
+    /// Kills every component, newest first, and removes the data directory. Idempotent.
+    pub fn shutdown(&self) {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut processes = self.processes.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(mut process) = processes.pop() {
+            process.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Tears the shared environment down when the test process exits normally
+/// (the kernel kills its processes in every other case).
+fn register_exit_teardown() {
+    extern "C" fn teardown() {
+        Cluster::shared().shutdown();
+    }
+    // SAFETY: `teardown` is a plain `extern "C"` function with no arguments, as
+    // atexit(3) requires; it runs once, during exit, after `shared()` succeeded.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::atexit(teardown);
+    }
+}
+
+/// Builds an admin-or-service-account client from a kubeconfig file.
+async fn client_for(kubeconfig: &Path) -> Result<Client, String> {
+    // Several rustls providers are linked into test binaries (kube's ring,
+    // oci-client's aws-lc-rs): choose one, once, for the whole process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let file = Kubeconfig::read_from(kubeconfig).map_err(|e| format!("reading {}: {e}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("loading {}: {e}", kubeconfig.display()))?;
+    Client::try_from(config).map_err(|e| format!("building a client: {e}"))
+}
+
+/// Prefix of every environment's data directory under the system temp directory.
+const DATA_DIR_PREFIX: &str = "lampyr-cluster-";
+/// File in a data directory holding the pid of the test process that owns it.
+const OWNER_FILE: &str = "owner.pid";
+
+/// Removes the data directories of environments whose test process is gone
+/// (killed before it could clean up; its components died with it).
+pub fn remove_stale_data_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(DATA_DIR_PREFIX));
+        let owner = std::fs::read_to_string(path.join(OWNER_FILE)).ok();
+        let alive = owner.is_some_and(|pid| Path::new("/proc").join(pid.trim()).exists());
+        if ours && !alive && path.join(OWNER_FILE).exists() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding a loopback port: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| format!("reading a bound port: {e}"))
+}
+
+/// A kubeconfig for `server` with the given `user:` stanza.
+fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &str) -> Result<(), String> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lampyr-testenv\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\ncontexts:\n- name: lampyr-testenv\n  context:\n    cluster: lampyr-testenv\n    user: user\ncurrent-context: lampyr-testenv\nusers:\n- name: user\n  user:\n{user}",
+        ca = ca.display(),
+    );
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// Starts everything in order; on error, what started is killed as the partial `Cluster` drops.
+async fn boot() -> Result<Cluster, String> {
+    let began = Instant::now();
+    let binaries = Binaries::locate()?;
+    let modules = KnativeModules::locate()?;
+    remove_stale_data_dirs();
+    let dir = tempfile::Builder::new()
+        .prefix(DATA_DIR_PREFIX)
+        .tempdir()
+        .map_err(|e| format!("creating the data directory: {e}"))?
+        .keep();
+    std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string())
+        .map_err(|e| format!("writing {}: {e}", dir.join(OWNER_FILE).display()))?;
+    let mut cluster = Cluster {
+        kubeconfig: dir.join("kubeconfig"),
+        dir,
+        processes: Mutex::new(Vec::new()),
+        versions: binaries.versions.clone(),
+        start_time: Duration::ZERO,
+        namespaces: AtomicU32::new(0),
+        stopped: AtomicBool::new(false),
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    let admin = start_control_plane(&cluster, &binaries, deadline).await?;
+    let webhook_port = install_knative(&cluster, &admin, &modules).await?;
+    start_knative(&cluster, &admin, &binaries, webhook_port).await?;
+    wait_for_webhook(&cluster, &admin, deadline).await?;
+    wait_for_controller(&cluster, &admin, deadline).await?;
+    cluster.start_time = began.elapsed();
+    Ok(cluster)
+}
+
+impl Cluster {
+    fn spawn(&self, name: &'static str, command: Command) -> Result<(), String> {
+        let process = Process::spawn(name, command, &self.dir.join(format!("{name}.log")))?;
+        self.processes.lock().unwrap_or_else(|p| p.into_inner()).push(process);
+        Ok(())
+    }
+
+    /// Sleeps a poll interval, failing when a component died or time ran out.
+    async fn poll(&self, deadline: Instant, waiting_for: &str) -> Result<(), String> {
+        self.check_running()?;
+        if Instant::now() > deadline {
+            return Err(format!("timed out after {START_TIMEOUT:?} waiting for {waiting_for}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(())
+    }
+}
+
+/// etcd, kube-apiserver (until `/readyz`), kube-controller-manager; returns an admin client.
+async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Instant) -> Result<Client, String> {
+    let dir = &cluster.dir;
+    let pki = pki::write(&dir.join("pki"))?;
+    let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let mut etcd = Command::new(bins.path("etcd"));
+    etcd.arg("--name=lampyr-testenv")
+        .arg(format!("--data-dir={}", dir.join("etcd").display()))
+        .arg(format!("--listen-client-urls={etcd_url}"))
+        .arg(format!("--advertise-client-urls={etcd_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=lampyr-testenv={peer_url}"))
+        .args(["--unsafe-no-fsync", "--log-level=warn"]);
+    cluster.spawn("etcd", etcd)?;
+
+    let mut apiserver = Command::new(bins.path("kube-apiserver"));
+    apiserver
+        .arg(format!("--etcd-servers={etcd_url}"))
+        .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+        .arg(format!("--secure-port={api_port}"))
+        // The default endpoint reconciler refuses a loopback advertise address.
+        .arg("--endpoint-reconciler-type=none")
+        .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
+        .arg(format!("--tls-private-key-file={}", pki.server_key.display()))
+        .arg(format!("--client-ca-file={}", pki.ca_cert.display()))
+        .args(["--authorization-mode=RBAC", "--service-cluster-ip-range=10.0.0.0/24"])
+        .arg("--service-account-issuer=https://kubernetes.default.svc")
+        .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
+        .arg(format!("--service-account-signing-key-file={}", pki.sa_key.display()))
+        .arg(format!("--cert-dir={}", dir.join("apiserver-certs").display()))
+        .arg("--profiling=false");
+    cluster.spawn("kube-apiserver", apiserver)?;
+
+    let admin_user = format!(
+        "    client-certificate: {}\n    client-key: {}\n",
+        pki.admin_cert.display(),
+        pki.admin_key.display()
+    );
+    write_kubeconfig(&cluster.kubeconfig, &format!("https://127.0.0.1:{api_port}"), &pki.ca_cert, &admin_user)?;
+    let admin = client_for(&cluster.kubeconfig).await?;
+    loop {
+        let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+        if admin.request_text(request).await.is_ok_and(|body| body.trim() == "ok") {
+            break;
+        }
+        cluster.poll(deadline, "kube-apiserver's /readyz").await?;
+    }
+
+    let mut manager = Command::new(bins.path("kube-controller-manager"));
+    manager
+        .arg(format!("--kubeconfig={}", cluster.kubeconfig.display()))
+        .args(["--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false"])
+        .arg("--controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller");
+    cluster.spawn("kube-controller-manager", manager)?;
+    Ok(admin)
+}
+
+/// Applies the CRDs, then the system manifests with the webhook routed to a
+/// fresh loopback port, which it returns.
+async fn install_knative(cluster: &Cluster, admin: &Client, modules: &KnativeModules) -> Result<u16, String> {
+    let crds = install::read_documents(&install::crd_files(modules)?)?;
+    install::apply(admin, &crds).await?;
+    install::wait_established(admin, &crds, Duration::from_secs(30)).await?;
+    let mut system = install::read_documents(&install::system_files(modules)?)?;
+    system.retain(|d| !install::is_activator_object(&d.object));
+    let webhook_port = free_port()?;
+    install::route_webhooks_to(&mut system, webhook_port);
+    system.push(install::webhook_service(webhook_port));
+    install::apply(admin, &system).await?;
+    cluster.check_running()?;
+    Ok(webhook_port)
+}
+
+/// Starts the webhook and the controller as the `controller` service account.
+async fn start_knative(cluster: &Cluster, admin: &Client, bins: &Binaries, webhook_port: u16) -> Result<(), String> {
+    let kubeconfig = cluster.dir.join("controller.kubeconfig");
+    let token = service_account_token(admin, SYSTEM_NAMESPACE, "controller").await?;
+    let admin_config = Kubeconfig::read_from(&cluster.kubeconfig).map_err(|e| e.to_string())?;
+    let url = admin_config
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .ok_or("the admin kubeconfig names no server")?;
+    write_kubeconfig(&kubeconfig, &url, &cluster.dir.join("pki/ca.crt"), &format!("    token: {token}\n"))?;
+
+    let knative = |binary: &str, pod: &str| -> Result<Command, String> {
+        let mut command = Command::new(bins.path(binary));
+        command
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .env("SYSTEM_NAMESPACE", SYSTEM_NAMESPACE)
+            .env("POD_NAME", pod)
+            .env("CONFIG_LOGGING_NAME", "config-logging")
+            .env("CONFIG_OBSERVABILITY_NAME", "config-observability")
+            .env("METRICS_DOMAIN", "knative.dev/internal/serving")
+            .env("METRICS_PROMETHEUS_PORT", free_port()?.to_string())
+            .env("PROFILING_PORT", free_port()?.to_string());
+        Ok(command)
+    };
+    let mut webhook = knative("knative-webhook", "webhook-testenv")?;
+    webhook.env("WEBHOOK_NAME", "webhook").env("WEBHOOK_PORT", webhook_port.to_string());
+    cluster.spawn("knative-webhook", webhook)?;
+    let mut controller = knative(CONTROLLER_COMPONENT, "controller-testenv")?;
+    // Upstream's probes always bind :8080; several environments may share this host.
+    controller.arg("--health-probes=false");
+    cluster.spawn(CONTROLLER_COMPONENT, controller)
+}
+
+/// A token for `namespace/name` from the TokenRequest API, valid for a day.
+async fn service_account_token(admin: &Client, namespace: &str, name: &str) -> Result<String, String> {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(86_400), ..Default::default() }),
+        ..Default::default()
+    };
+    let response = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("requesting a token for service account {namespace}/{name}: {e}"))?;
+    response.status.and_then(|s| s.token).ok_or_else(|| format!("the token request for {namespace}/{name} returned no token"))
+}
+
+/// Waits until a dry-run Knative Service is admitted and defaulted by the webhook.
+async fn wait_for_webhook(cluster: &Cluster, admin: &Client, deadline: Instant) -> Result<(), String> {
+    let gvk = GroupVersionKind::gvk("serving.knative.dev", "v1", "Service");
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "default", &ApiResource::from_gvk(&gvk));
+    let probe: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": { "name": "lampyr-testenv-probe", "namespace": "default" },
+        "spec": { "template": { "spec": { "containers": [{ "image": "example.com/probe" }] } } },
+    }))
+    .map_err(|e| e.to_string())?;
+    let dry_run = PostParams { dry_run: true, ..Default::default() };
+    loop {
+        let last = match api.create(&dry_run, &probe).await {
+            Ok(created) if created.data.pointer("/spec/template/spec/containers/0/name").is_some() => return Ok(()),
+            Ok(_) => "a Service was admitted without the webhook's defaults".to_string(),
+            Err(e) => e.to_string(),
+        };
+        cluster
+            .poll(deadline, "the webhook to default a Service")
+            .await
+            .map_err(|e| format!("{e} (last answer: {last}); webhook log:\n{}", cluster.log_tail("knative-webhook", 20)))?;
+    }
+}
+
+/// Waits until the controller holds a lease for each composed reconciler.
+async fn wait_for_controller(cluster: &Cluster, admin: &Client, deadline: Instant) -> Result<(), String> {
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), SYSTEM_NAMESPACE);
+    loop {
+        let held: Vec<String> = leases
+            .list(&Default::default())
+            .await
+            .map_err(|e| format!("listing leases: {e}"))?
+            .items
+            .into_iter()
+            .filter(|l| l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some()))
+            .filter_map(|l| l.metadata.name)
+            .filter(|name| name.starts_with(CONTROLLER_COMPONENT))
+            .collect();
+        let missing: Vec<&str> = RECONCILERS
+            .iter()
+            .copied()
+            .filter(|r| !held.iter().any(|name| name.contains(&format!(".{r}."))))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        cluster.poll(deadline, &format!("the controller's leases for {missing:?} (held: {held:?})")).await.map_err(|e| {
+            format!("{e}; controller log:\n{}", cluster.log_tail(CONTROLLER_COMPONENT, 20))
+        })?;
+    }
+}

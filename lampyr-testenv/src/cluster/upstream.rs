@@ -1,0 +1,124 @@
+//! Where the environment's pieces come from: the binaries `scripts/cluster-bins`
+//! builds from pinned Go modules, and the pinned Knative modules' `config/` manifests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::guests::repo_root;
+
+/// Environment variable naming a directory that already holds the five binaries.
+pub const BINS_ENV: &str = "LAMPYR_CLUSTER_BINS";
+
+/// The five binaries and their upstream versions.
+pub struct Binaries {
+    /// Directory holding `etcd`, `kube-apiserver`, `kube-controller-manager`,
+    /// `knative-webhook` and `lampyr-knative-controller`.
+    pub dir: PathBuf,
+    /// `name -> version` from the directory's `VERSIONS` file.
+    pub versions: BTreeMap<String, String>,
+}
+
+impl Binaries {
+    /// The binaries named by `$LAMPYR_CLUSTER_BINS`, or else those `scripts/cluster-bins`
+    /// reports (it builds what is missing: about 15 minutes the first time, progress on stderr).
+    pub fn locate() -> Result<Self, String> {
+        let dir = match std::env::var_os(BINS_ENV) {
+            Some(dir) => PathBuf::from(dir),
+            None => run_cluster_bins()?,
+        };
+        let versions_file = dir.join("VERSIONS");
+        let text = std::fs::read_to_string(&versions_file).map_err(|e| {
+            format!("reading {}: {e} (run scripts/cluster-bins to build the cluster binaries)", versions_file.display())
+        })?;
+        let versions = text
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .map(|(name, version)| (name.to_string(), version.to_string()))
+            .collect();
+        let binaries = Binaries { dir, versions };
+        for name in ["etcd", "kube-apiserver", "kube-controller-manager", "knative-webhook", "lampyr-knative-controller"] {
+            let path = binaries.path(name);
+            if !path.is_file() {
+                return Err(format!("{} is missing: run scripts/cluster-bins", path.display()));
+            }
+        }
+        Ok(binaries)
+    }
+
+    /// The path of binary `name`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+fn run_cluster_bins() -> Result<PathBuf, String> {
+    let script = repo_root().join("scripts/cluster-bins");
+    let output = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!("{} failed ({}); its progress is above", script.display(), output.status));
+    }
+    let dir = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    if dir.is_empty() {
+        return Err(format!("{} printed no directory", script.display()));
+    }
+    Ok(PathBuf::from(dir))
+}
+
+/// The directories of the pinned `knative.dev/serving` and `knative.dev/networking`
+/// modules (in the Go module cache), as `knative/go.mod` pins them.
+pub struct KnativeModules {
+    /// `knative.dev/serving@<version>`.
+    pub serving: PathBuf,
+    /// `knative.dev/networking@<version>`.
+    pub networking: PathBuf,
+}
+
+impl KnativeModules {
+    /// Asks `go list -m` (downloading the modules when they are not cached yet).
+    pub fn locate() -> Result<Self, String> {
+        let module_dir = |module: &str| -> Result<PathBuf, String> {
+            let knative = repo_root().join("knative");
+            let dir = go_module_dir(&knative, module)?;
+            match dir {
+                Some(dir) => Ok(dir),
+                None => {
+                    go(&knative, &["mod", "download", module])?;
+                    go_module_dir(&knative, module)?
+                        .ok_or_else(|| format!("go mod download {module} did not fetch it"))
+                }
+            }
+        };
+        Ok(KnativeModules {
+            serving: module_dir("knative.dev/serving")?,
+            networking: module_dir("knative.dev/networking")?,
+        })
+    }
+}
+
+fn go_module_dir(knative: &Path, module: &str) -> Result<Option<PathBuf>, String> {
+    let out = go(knative, &["list", "-m", "-f", "{{.Dir}}", module])?;
+    let dir = out.trim();
+    Ok((!dir.is_empty()).then(|| PathBuf::from(dir)))
+}
+
+fn go(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let output = Command::new("go")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .map_err(|e| format!("running go {}: {e} (Go must be on PATH)", args.join(" ")))?;
+    if !output.status.success() {
+        return Err(format!(
+            "go {} in {} failed: {}",
+            args.join(" "),
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
