@@ -53,6 +53,7 @@ const RECONCILERS: [&str; 7] = ["configuration", "labeler", "route", "service", 
 pub struct Cluster {
     dir: PathBuf,
     kubeconfig: PathBuf,
+    kubectl: PathBuf,
     processes: Mutex<Vec<Process>>,
     versions: BTreeMap<String, String>,
     start_time: Duration,
@@ -107,9 +108,9 @@ impl Cluster {
         &self.kubeconfig
     }
 
-    /// `kubectl` pointed at this environment (Debian's package; `scripts/setup` installs it).
+    /// `kubectl` (built at the API server's version) pointed at this environment.
     pub fn kubectl(&self) -> Command {
-        let mut command = Command::new("kubectl");
+        let mut command = Command::new(&self.kubectl);
         command.env("KUBECONFIG", &self.kubeconfig).arg("--kubeconfig").arg(&self.kubeconfig);
         command
     }
@@ -268,6 +269,7 @@ async fn boot() -> Result<Cluster, String> {
         .map_err(|e| format!("writing {}: {e}", dir.join(OWNER_FILE).display()))?;
     let mut cluster = Cluster {
         kubeconfig: dir.join("kubeconfig"),
+        kubectl: binaries.path("kubectl"),
         dir,
         processes: Mutex::new(Vec::new()),
         versions: binaries.versions.clone(),

@@ -7,17 +7,21 @@ use std::process::{Command, Stdio};
 
 use crate::guests::repo_root;
 
-/// Environment variable naming a directory that already holds the five binaries.
+/// Environment variable naming a directory that already holds the six binaries.
 pub const BINS_ENV: &str = "LAMPYR_CLUSTER_BINS";
 
-/// The five binaries and their upstream versions.
+/// The six binaries and their upstream versions.
 pub struct Binaries {
     /// Directory holding `etcd`, `kube-apiserver`, `kube-controller-manager`,
-    /// `knative-webhook` and `lampyr-knative-controller`.
+    /// `kubectl`, `knative-webhook` and `lampyr-knative-controller`.
     pub dir: PathBuf,
     /// `name -> version` from the directory's `VERSIONS` file.
     pub versions: BTreeMap<String, String>,
 }
+
+/// What `scripts/cluster-bins` builds.
+const BINARIES: [&str; 6] =
+    ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "knative-webhook", "lampyr-knative-controller"];
 
 impl Binaries {
     /// The binaries named by `$LAMPYR_CLUSTER_BINS`, or else those `scripts/cluster-bins`
@@ -37,7 +41,7 @@ impl Binaries {
             .map(|(name, version)| (name.to_string(), version.to_string()))
             .collect();
         let binaries = Binaries { dir, versions };
-        for name in ["etcd", "kube-apiserver", "kube-controller-manager", "knative-webhook", "lampyr-knative-controller"] {
+        for name in BINARIES {
             let path = binaries.path(name);
             if !path.is_file() {
                 return Err(format!("{} is missing: run scripts/cluster-bins", path.display()));
