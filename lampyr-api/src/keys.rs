@@ -160,7 +160,6 @@ pub const AUTOSCALING_ALIASES: &[(&str, &str)] = &[
     (MIN_SCALE, "autoscaling.knative.dev/minScale"),
     (MAX_SCALE, "autoscaling.knative.dev/maxScale"),
     (INITIAL_SCALE, "autoscaling.knative.dev/initialScale"),
-    (ACTIVATION_SCALE, "autoscaling.knative.dev/activationScale"),
     (
         TARGET_UTILIZATION_PERCENTAGE,
         "autoscaling.knative.dev/targetUtilizationPercentage",

@@ -583,14 +583,6 @@ fn set_but_empty_strings_are_left_out_like_go() {
     );
 }
 
-/// Keys in `keys.rs` that upstream does not define.
-///
-/// `autoscaling.knative.dev/activationScale`: Lampyr's translation accepts it
-/// as an alias of `activation-scale`, but upstream v0.42.2 has no such alias
-/// (its `ActivationScale` priority list holds the canonical key only), so
-/// upstream ignores it. Removing it changes lampyr-fiber's translation.
-const NOT_UPSTREAM: &[&str] = &["autoscaling.knative.dev/activationScale"];
-
 #[test]
 fn knative_keys_are_upstreams() {
     let serving = upstream::module_dir(upstream::SERVING);
@@ -613,16 +605,10 @@ fn knative_keys_are_upstreams() {
     assert!(ours.len() > 40, "keys.rs literals found: {ours:?}");
     let unknown: Vec<_> = ours
         .iter()
-        .filter(|k| !theirs.contains(**k) && !NOT_UPSTREAM.contains(k))
+        .filter(|k| !theirs.contains(**k))
         .collect();
     assert!(
         unknown.is_empty(),
         "keys.rs keys upstream does not define: {unknown:?}"
     );
-    for k in NOT_UPSTREAM {
-        assert!(
-            !theirs.contains(*k),
-            "{k} is upstream's now: drop it from NOT_UPSTREAM"
-        );
-    }
 }

@@ -1075,7 +1075,6 @@ mod tests {
             ("initial-scale", "3", |p| p.initial_scale = 3),
             ("initialScale", "3", |p| p.initial_scale = 3),
             ("activation-scale", "4", |p| p.activation_scale = 4),
-            ("activationScale", "4", |p| p.activation_scale = 4),
             ("target", "25.5", |p| p.target = 25.5),
             ("target-utilization-percentage", "85", |p| {
                 p.target_utilization_percent = 85.0
