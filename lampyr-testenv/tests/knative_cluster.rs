@@ -364,10 +364,10 @@ async fn live_objects_read_through_lampyrs_types_lose_no_field() {
         let mut live = upstream::without_empty(&live, false);
         // Go writes an empty template `metadata` as `{creationTimestamp: null}`;
         // Lampyr leaves it out. Both read back as the same empty metadata.
-        if let Some(template) = live.pointer_mut("/spec/template").and_then(|t| t.as_object_mut()) {
-            if template.get("metadata").is_some_and(|m| m == &json!({})) {
-                template.remove("metadata");
-            }
+        if let Some(template) = live.pointer_mut("/spec/template").and_then(|t| t.as_object_mut())
+            && template.get("metadata").is_some_and(|m| m == &json!({}))
+        {
+            template.remove("metadata");
         }
         let diff = upstream::diff(&live, &upstream::without_empty(&typed, false));
         assert!(diff.is_empty(), "{kind} {name} read through Lampyr's type differs from the live object:\n{diff}");
