@@ -6,7 +6,9 @@
 //!   the policy fiberd and fiber-router apply, and reports which fiberd
 //!   instances hold how many warm fibers.
 //!
-//! Both are namespaced, have a status subresource and printer columns, and
+//! - [`GrantPolicy`] (cluster-scoped) lists the image repositories grant Pods may run.
+//!
+//! Grants and Homes are namespaced and have a status subresource; all have printer columns, and
 //! their CRDs are generated from these types: [`crds`] and [`crd_yaml`], printed
 //! by the `crdgen` binary into `config/crd/lampyr.yaml`. Doc comments become the
 //! CRD's field descriptions.
@@ -21,6 +23,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{Condition, ConditionSet};
+use crate::policy::FiberPolicy;
 
 /// The API group of Lampyr's resources.
 pub const FIBER_GROUP: &str = "fiber.lampyr.dev";
@@ -41,10 +44,6 @@ fn is_zero_i64(n: &i64) -> bool {
 
 fn default_instances() -> i32 {
     1
-}
-
-fn default_timeout_seconds() -> i64 {
-    300
 }
 
 /// Fiber capacity reserved on nodes: grant Pods running fiberd realise it.
@@ -185,13 +184,13 @@ pub mod capacity_grant {
     printcolumn(
         name = "Min",
         type_ = "integer",
-        json_path = ".spec.minFibers",
+        json_path = ".spec.policy.scaling.minScale",
         priority = 1
     ),
     printcolumn(
         name = "Max",
         type_ = "integer",
-        json_path = ".spec.maxFibers",
+        json_path = ".spec.policy.scaling.maxScale",
         priority = 1
     ),
     printcolumn(
@@ -224,8 +223,8 @@ pub mod capacity_grant {
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!has(self.maxFibers) || self.maxFibers == 0 || !has(self.minFibers) || self.minFibers <= self.maxFibers",
-    "message": "minFibers must not exceed maxFibers unless maxFibers is 0 (unbounded)"
+    "rule": "!has(self.policy) || !has(self.policy.scaling) || self.policy.scaling.maxScale == 0 || self.policy.scaling.minScale <= self.policy.scaling.maxScale",
+    "message": "policy.scaling.minScale must not exceed maxScale unless maxScale is 0 (unbounded)"
 }]))]
 pub struct HomeSpec {
     /// The Knative Revision, in this Home's namespace, whose fibers this Home holds.
@@ -234,25 +233,16 @@ pub struct HomeSpec {
     /// The Revision's snapshot artifact (its lampyr.dev/snapshot-artifact annotation), fully qualified and pinned by sha256 digest.
     #[schemars(regex(pattern = DIGEST_REFERENCE_PATTERN))]
     pub artifact: String,
+    /// The artifact's fiberd template sealed to the cluster's fleet key (lampyr.dev/sealed-template), pinned by digest; fiberd prefers it when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DIGEST_REFERENCE_PATTERN))]
+    pub sealed_template: Option<String>,
     /// The CapacityGrant, in this Home's namespace, whose instances run the fibers.
     #[schemars(length(min = 1))]
     pub grant_name: String,
-    /// Fibers kept warm even without traffic (autoscaling.knative.dev/min-scale).
+    /// The fiber policy translated from the Revision (scaling, timeouts, memory, env), which fiberd and fiber-router apply.
     #[serde(default)]
-    #[schemars(range(min = 0))]
-    pub min_fibers: i32,
-    /// Most fibers at once, 0 for no bound beyond the grant (autoscaling.knative.dev/max-scale).
-    #[serde(default)]
-    #[schemars(range(min = 0))]
-    pub max_fibers: i32,
-    /// Most requests one fiber serves at once, 0 for unlimited (containerConcurrency).
-    #[serde(default)]
-    #[schemars(range(min = 0, max = 1000))]
-    pub container_concurrency: i64,
-    /// Longest a request may take, in seconds (timeoutSeconds).
-    #[serde(default = "default_timeout_seconds")]
-    #[schemars(range(min = 1))]
-    pub timeout_seconds: i64,
+    pub policy: FiberPolicy,
 }
 
 /// What fiberd instances report for this Home: conditions and warm fibers per instance.
@@ -266,8 +256,9 @@ pub struct HomeStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
-    /// The fiberd instances holding this Home's fibers.
+    /// The fiberd instances holding this Home's fibers; each instance owns its own entry (server-side apply, keyed by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub instances: Vec<HomeInstance>,
     /// Warm fibers across all instances.
     #[serde(default)]
@@ -285,6 +276,15 @@ pub struct HomeInstance {
     /// Fibers of this Home warm on that instance.
     #[serde(default)]
     pub warm_fibers: i32,
+    /// The Home generation whose spec the instance has loaded.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub observed_generation: i64,
+    /// The instance has pulled, verified and restored the template and serves it.
+    #[serde(default)]
+    pub loaded: bool,
+    /// Why the template is not loaded (pull, verification or unseal failure), when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 crate::impl_knative_status!(HomeStatus, home::CONDITION_SET);
@@ -303,9 +303,29 @@ pub mod home {
     pub const CONDITION_SET: ConditionSet = ConditionSet::living(&[GRANT_READY, TEMPLATE_LOADED]);
 }
 
-/// The CRDs of Lampyr's resources: CapacityGrant, then Home.
+/// Which image repositories grant Pods may run: the grant controller refuses
+/// (and reports on the grant) any grant or helper image outside every policy.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "fiber.lampyr.dev",
+    version = "v1alpha1",
+    kind = "GrantPolicy",
+    category = "lampyr",
+    derive = "PartialEq",
+    doc = "GrantPolicy lists the image repositories CapacityGrant Pods may run. A grant image or helper image whose repository no GrantPolicy allows is refused; with no GrantPolicy at all, every image is refused.",
+    printcolumn(name = "Repositories", type_ = "string", json_path = ".spec.allowedRepositories"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantPolicySpec {
+    /// Repositories allowed, fully qualified without tag or digest (registry.example.com/team/fiberd); an image matches when its repository is exactly one of them.
+    #[schemars(length(min = 1))]
+    pub allowed_repositories: Vec<String>,
+}
+
+/// The CRDs of Lampyr's resources: CapacityGrant, Home, then GrantPolicy.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![CapacityGrant::crd(), Home::crd()]
+    vec![CapacityGrant::crd(), Home::crd(), GrantPolicy::crd()]
 }
 
 /// [`crds`] as multi-document YAML, each document starting with `---`: the
@@ -360,17 +380,16 @@ mod tests {
     fn crds_have_group_version_scope_and_status_subresource() {
         for crd in crds() {
             assert_eq!(crd.spec.group, FIBER_GROUP);
-            assert_eq!(crd.spec.scope, "Namespaced");
+            // GrantPolicy is cluster-wide configuration without status.
+            let has_status = crd.spec.names.kind != "GrantPolicy";
+            let scope = if has_status { "Namespaced" } else { "Cluster" };
+            assert_eq!(crd.spec.scope, scope);
             assert_eq!(crd.spec.versions.len(), 1);
             let v = &crd.spec.versions[0];
             assert_eq!(v.name, FIBER_VERSION);
             assert!(v.served && v.storage);
-            assert!(
-                v.subresources
-                    .as_ref()
-                    .and_then(|s| s.status.as_ref())
-                    .is_some()
-            );
+            let status = v.subresources.as_ref().and_then(|s| s.status.as_ref());
+            assert_eq!(status.is_some(), has_status, "{}", crd.spec.names.kind);
             let columns: Vec<&str> = v
                 .additional_printer_columns
                 .iter()
@@ -378,7 +397,7 @@ mod tests {
                 .map(|c| c.name.as_str())
                 .collect();
             assert!(
-                columns.contains(&"Ready") && columns.contains(&"Age"),
+                (columns.contains(&"Ready") || !has_status) && columns.contains(&"Age"),
                 "{columns:?}"
             );
         }
@@ -388,7 +407,7 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["capacitygrants.fiber.lampyr.dev", "homes.fiber.lampyr.dev"]
+            ["capacitygrants.fiber.lampyr.dev", "homes.fiber.lampyr.dev", "grantpolicies.fiber.lampyr.dev"]
         );
     }
 
@@ -413,12 +432,11 @@ mod tests {
             }
         });
         let home: Home = serde_json::from_value(value).expect("parse");
-        assert_eq!(home.spec.timeout_seconds, 300);
-        assert_eq!(home.spec.max_fibers, 0);
+        assert_eq!(home.spec.policy, FiberPolicy::default());
         let status = home.status.as_ref().expect("status");
         assert!(status.is_ready(home.metadata.generation));
         let back = serde_json::to_value(&home).expect("serialize");
-        assert_eq!(back["spec"]["timeoutSeconds"], 300);
+        assert_eq!(back["spec"]["policy"]["timeouts"]["request"], "300s");
         assert_eq!(back["status"]["instances"][0]["warmFibers"], 3);
         assert_eq!(back["apiVersion"], FIBER_API_VERSION);
     }
@@ -465,7 +483,7 @@ mod tests {
     fn yaml_is_multi_document() {
         let yaml = crd_yaml().expect("yaml");
         assert!(yaml.starts_with("---\n"));
-        assert_eq!(yaml.matches("\n---\n").count() + 1, 2);
+        assert_eq!(yaml.matches("\n---\n").count() + 1, 3);
         assert!(yaml.contains("kind: CustomResourceDefinition"));
     }
 }

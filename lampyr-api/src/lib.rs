@@ -26,7 +26,9 @@
 //! - [`names`]: Knative's child-name and Revision-name rules.
 //! - [`quantity`] and [`duration`]: Kubernetes quantities and Go durations, the
 //!   two value syntaxes the template's fields and annotations use.
-//! - [`fiber`]: Lampyr's own CRDs, `CapacityGrant` and `Home`
+//! - [`policy`]: the fiber policy translated from a Revision, which a `Home`
+//!   carries to fiberd and fiber-router.
+//! - [`fiber`]: Lampyr's own CRDs, `CapacityGrant`, `Home` and `GrantPolicy`
 //!   (`fiber.lampyr.dev/v1alpha1`), and their generated CRD YAML.
 
 pub mod conditions;
@@ -37,6 +39,7 @@ pub mod fiber;
 pub mod keys;
 pub mod manifest;
 pub mod names;
+pub mod policy;
 pub mod networking;
 mod object;
 pub mod quantity;
@@ -47,7 +50,8 @@ pub use conditions::{Condition, ConditionSet, ConditionSeverity, ConditionStatus
 pub use domain_mapping::{DomainMapping, DomainMappingSpec, DomainMappingStatus};
 pub use duck::{Addressable, KReference};
 pub use fiber::{
-    CapacityGrant, CapacityGrantSpec, CapacityGrantStatus, Home, HomeSpec, HomeStatus,
+    CapacityGrant, CapacityGrantSpec, CapacityGrantStatus, GrantPolicy, GrantPolicySpec, Home,
+    HomeInstance, HomeSpec, HomeStatus,
 };
 pub use manifest::{
     Location, Manifest, ManifestError, ManifestErrorKind, ManifestObject, OtherObject,

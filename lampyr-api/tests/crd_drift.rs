@@ -27,7 +27,7 @@ fn committed_crd_yaml_matches_the_types() {
 }
 
 #[test]
-fn committed_crd_yaml_parses_as_two_crds() {
+fn committed_crd_yaml_parses_as_three_crds() {
     let generated = lampyr_api::fiber::crd_yaml().expect("CRDs serialize to YAML");
     let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&generated)
         .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML document"))
@@ -41,5 +41,5 @@ fn committed_crd_yaml_parses_as_two_crds() {
                 .to_owned()
         })
         .collect();
-    assert_eq!(kinds, ["CapacityGrant", "Home"]);
+    assert_eq!(kinds, ["CapacityGrant", "Home", "GrantPolicy"]);
 }

@@ -4,7 +4,8 @@
 //! their columns.
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use lampyr_api::{CapacityGrant, Home, HomeSpec};
+use lampyr_api::policy::FiberPolicy;
+use lampyr_api::{CapacityGrant, Home};
 use lampyr_testenv::{Cluster, repo_root};
 use serde_json::json;
 
@@ -26,7 +27,10 @@ fn home(name: &str, spec: serde_json::Value) -> Home {
 }
 
 fn home_spec() -> serde_json::Value {
-    json!({ "revisionName": "hello-00001", "artifact": ARTIFACT, "grantName": "default", "minFibers": 1, "maxFibers": 4 })
+    let mut policy = serde_json::to_value(FiberPolicy::default()).expect("policy");
+    policy["scaling"]["minScale"] = json!(1);
+    policy["scaling"]["maxScale"] = json!(4);
+    json!({ "revisionName": "hello-00001", "artifact": ARTIFACT, "grantName": "default", "policy": policy })
 }
 
 #[tokio::test]
@@ -38,7 +42,7 @@ async fn home_status_lives_in_its_subresource() {
 
     let created = homes.create(&PostParams::default(), &home("hello-00001", home_spec())).await.expect("create");
     assert_eq!(created.metadata.generation, Some(1));
-    assert_eq!(created.spec.timeout_seconds, 300, "the schema's default");
+    assert_eq!(created.spec.policy.timeouts.request.as_secs(), 300);
     assert!(created.status.is_none());
 
     // Status written through /status is kept, and does not bump the generation.
@@ -51,14 +55,14 @@ async fn home_status_lives_in_its_subresource() {
     assert_eq!(patched.metadata.generation, Some(1));
 
     // A spec change through /status is ignored; through the object it bumps the generation.
-    let sneak = json!({ "spec": { "maxFibers": 9 } });
+    let sneak = json!({ "spec": { "grantName": "other" } });
     let ignored = homes.patch_status("hello-00001", &PatchParams::default(), &Patch::Merge(&sneak)).await.expect("patch");
-    assert_eq!(ignored.spec.max_fibers, 4);
+    assert_eq!(ignored.spec.grant_name, "default");
     let mut replaced = ignored.clone();
-    replaced.spec = HomeSpec { max_fibers: 8, ..ignored.spec.clone() };
+    replaced.spec.policy.scaling.max_scale = 8;
     replaced.status.as_mut().expect("status").warm_fibers = 0;
     let after = homes.replace("hello-00001", &PostParams::default(), &replaced).await.expect("replace");
-    assert_eq!((after.spec.max_fibers, after.metadata.generation), (8, Some(2)));
+    assert_eq!((after.spec.policy.scaling.max_scale, after.metadata.generation), (8, Some(2)));
     assert_eq!(after.status, patched.status, "a write to the object leaves status alone");
 }
 
@@ -72,10 +76,10 @@ async fn the_schemas_refuse_bad_specs_with_their_messages() {
     let mut unpinned = home_spec();
     unpinned["artifact"] = json!("registry.example.com/hello:latest");
     let mut inverted = home_spec();
-    inverted["minFibers"] = json!(5);
+    inverted["policy"]["scaling"]["minScale"] = json!(5);
     let cases = [
         ("an artifact not pinned by digest", unpinned, "spec.artifact"),
-        ("minFibers above maxFibers", inverted, "minFibers must not exceed maxFibers"),
+        ("minScale above maxScale", inverted, "minScale must not exceed maxScale"),
     ];
     for (i, (what, spec, message)) in cases.into_iter().enumerate() {
         let refused = homes.create(&PostParams::default(), &home(&format!("bad-{i}"), spec)).await;

@@ -1,0 +1,288 @@
+//! The fiber policy of one Revision: what Lampyr does with the Knative
+//! scaling, timeout, resource and environment fields of its template.
+//!
+//! A Knative replica is one fiber. A fiber serves one request at a time, so a
+//! Revision's in-flight limit is its fiber count; `containerConcurrency` only
+//! ever lowers the per-fiber limit, and a fiber's limit is already 1.
+//! See `docs/scaling.md`.
+//!
+//! The policy is also a wire type: the Fiber Revision reconciler publishes it
+//! in each `Home`'s spec, where fiberd and fiber-router read it. On the wire,
+//! durations are Go duration strings (`60s`, `1m30s`) and the environment is a
+//! list of `{name, value}`.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// config-autoscaler `container-concurrency-target-default`.
+pub const DEFAULT_CONCURRENCY_TARGET: f64 = 100.0;
+/// config-autoscaler `requests-per-second-target-default`.
+pub const DEFAULT_RPS_TARGET: f64 = 200.0;
+/// config-autoscaler `container-concurrency-target-percentage`.
+pub const DEFAULT_TARGET_UTILIZATION: f64 = 70.0;
+/// config-autoscaler `stable-window`.
+pub const DEFAULT_STABLE_WINDOW: Duration = Duration::from_secs(60);
+/// config-autoscaler `panic-window-percentage`.
+pub const DEFAULT_PANIC_WINDOW_PERCENT: f64 = 10.0;
+/// config-autoscaler `panic-threshold-percentage`.
+pub const DEFAULT_PANIC_THRESHOLD_PERCENT: f64 = 200.0;
+/// config-autoscaler `initial-scale`.
+pub const DEFAULT_INITIAL_SCALE: u32 = 1;
+/// Knative's `revision-timeout-seconds` default, as a duration.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The autoscaling metric (`autoscaling.knative.dev/metric`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ScaleMetric {
+    /// In-flight requests per replica (Knative's default).
+    Concurrency,
+    /// Requests per second per replica.
+    Rps,
+}
+
+/// Scaling bounds and targets, with Knative's defaults applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingPolicy {
+    /// `min-scale`: fibers kept warm even without traffic (default 0).
+    pub min_scale: u32,
+    /// `max-scale`: most fibers (0 = unbounded, capped by the runtime's limit).
+    pub max_scale: u32,
+    /// `initial-scale`: fibers started when the Revision loads (default 1).
+    pub initial_scale: u32,
+    /// `activation-scale`: fibers started when waking from zero (default 1).
+    pub activation_scale: u32,
+    /// `metric`.
+    pub metric: ScaleMetric,
+    /// `target`: desired metric value per replica (concurrency default 100, rps default 200).
+    pub target: f64,
+    /// `target-utilization-percentage` (default 70).
+    pub target_utilization_percent: f64,
+    /// `window`: the stable window (default 60 s, 6 s – 1 h).
+    #[serde(with = "go_duration")]
+    #[schemars(with = "String")]
+    pub stable_window: Duration,
+    /// `panic-window-percentage` of the stable window (default 10).
+    pub panic_window_percent: f64,
+    /// `panic-threshold-percentage` (default 200).
+    pub panic_threshold_percent: f64,
+    /// `scale-down-delay` (default 0, at most 1 h).
+    #[serde(with = "go_duration")]
+    #[schemars(with = "String")]
+    pub scale_down_delay: Duration,
+    /// `scale-to-zero-pod-retention-period` (default 0).
+    #[serde(with = "go_duration")]
+    #[schemars(with = "String")]
+    pub scale_to_zero_retention: Duration,
+}
+
+/// Request timeouts (`spec.template.spec.*Seconds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeoutPolicy {
+    /// `timeoutSeconds` (default 300, at most 600).
+    #[serde(with = "go_duration")]
+    #[schemars(with = "String")]
+    pub request: Duration,
+    /// `responseStartTimeoutSeconds`; defaults to `request`.
+    #[serde(with = "go_duration")]
+    #[schemars(with = "String")]
+    pub response_start: Duration,
+    /// `idleTimeoutSeconds` (0 = none).
+    #[serde(default, with = "optional_go_duration", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub idle: Option<Duration>,
+}
+
+/// Everything Lampyr needs to run one Revision's fibers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FiberPolicy {
+    /// `containerConcurrency` (0 = unlimited, at most 1000).
+    pub container_concurrency: u32,
+    /// Scaling.
+    pub scaling: ScalingPolicy,
+    /// Timeouts.
+    pub timeouts: TimeoutPolicy,
+    /// Memory requested or limited for the container, in bytes, if any; must fit the artifact's heap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// The container's environment (`env` with literal values), in order.
+    #[serde(default, with = "env_list", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<EnvEntry>")]
+    pub env: Vec<(String, String)>,
+    /// The first container port is named `h2c`: serve the Revision over HTTP/2 cleartext.
+    #[serde(default)]
+    pub http2: bool,
+    /// The first container port's number, if declared (informational for fibers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+/// One environment variable on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EnvEntry {
+    /// The variable's name.
+    pub name: String,
+    /// Its literal value.
+    pub value: String,
+}
+
+impl FiberPolicy {
+    /// Deadline for a request: the earlier of the request and response-start timeouts
+    /// (a fiber's response starts when the guest returns it whole).
+    pub fn request_deadline(&self) -> Duration {
+        self.timeouts.request.min(self.timeouts.response_start)
+    }
+}
+
+impl Default for ScalingPolicy {
+    /// Knative's defaults: scale 0..unbounded, concurrency target 100 at 70 %,
+    /// 60 s stable window, 10 % panic window, 200 % panic threshold.
+    fn default() -> Self {
+        ScalingPolicy {
+            min_scale: 0,
+            max_scale: 0,
+            initial_scale: DEFAULT_INITIAL_SCALE,
+            activation_scale: 1,
+            metric: ScaleMetric::Concurrency,
+            target: DEFAULT_CONCURRENCY_TARGET,
+            target_utilization_percent: DEFAULT_TARGET_UTILIZATION,
+            stable_window: DEFAULT_STABLE_WINDOW,
+            panic_window_percent: DEFAULT_PANIC_WINDOW_PERCENT,
+            panic_threshold_percent: DEFAULT_PANIC_THRESHOLD_PERCENT,
+            scale_down_delay: Duration::ZERO,
+            scale_to_zero_retention: Duration::ZERO,
+        }
+    }
+}
+
+impl Default for TimeoutPolicy {
+    /// 300 s for the whole request and its start, no idle timeout.
+    fn default() -> Self {
+        TimeoutPolicy { request: DEFAULT_TIMEOUT, response_start: DEFAULT_TIMEOUT, idle: None }
+    }
+}
+
+impl Default for FiberPolicy {
+    /// What a template with no scaling, timeout, resource or env fields gets.
+    fn default() -> Self {
+        FiberPolicy {
+            container_concurrency: 0,
+            scaling: ScalingPolicy::default(),
+            timeouts: TimeoutPolicy::default(),
+            memory_bytes: None,
+            env: Vec::new(),
+            http2: false,
+            port: None,
+        }
+    }
+}
+
+impl TimeoutPolicy {
+    /// The same `timeout` for the request and its response start, no idle timeout.
+    pub fn uniform(timeout: Duration) -> Self {
+        TimeoutPolicy { request: timeout, response_start: timeout, idle: None }
+    }
+}
+
+/// Formats a duration as Go does for whole units Lampyr writes (`60s`, `1500ms`, `7ns`).
+pub fn format_go_duration(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else if duration.subsec_nanos() % 1_000_000 == 0 {
+        format!("{}ms", duration.as_millis())
+    } else {
+        format!("{}ns", duration.as_nanos())
+    }
+}
+
+fn parse_non_negative<E: serde::de::Error>(text: &str) -> Result<Duration, E> {
+    crate::duration::parse_go_duration(text)
+        .map_err(E::custom)?
+        .non_negative()
+        .ok_or_else(|| E::custom(format!("duration {text:?} is negative")))
+}
+
+/// `Duration` as a Go duration string.
+mod go_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&super::format_go_duration(*duration))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        super::parse_non_negative(&String::deserialize(deserializer)?)
+    }
+}
+
+/// `Option<Duration>` as an optional Go duration string.
+mod optional_go_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+        match duration {
+            Some(d) => super::go_duration::serialize(d, serializer),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        Option::<String>::deserialize(deserializer)?.map(|t| super::parse_non_negative(&t)).transpose()
+    }
+}
+
+/// The environment as a list of `{name, value}`.
+mod env_list {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::EnvEntry;
+
+    pub fn serialize<S: Serializer>(env: &[(String, String)], serializer: S) -> Result<S::Ok, S::Error> {
+        let entries: Vec<EnvEntry> =
+            env.iter().map(|(name, value)| EnvEntry { name: name.clone(), value: value.clone() }).collect();
+        entries.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<(String, String)>, D::Error> {
+        Ok(Vec::<EnvEntry>::deserialize(deserializer)?.into_iter().map(|e| (e.name, e.value)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_round_trips_through_its_wire_form() {
+        let mut policy = FiberPolicy::default();
+        policy.scaling.stable_window = Duration::from_millis(6_500);
+        policy.scaling.metric = ScaleMetric::Rps;
+        policy.timeouts.idle = Some(Duration::from_secs(30));
+        policy.env = vec![("GREETING".into(), "hi".into()), ("A".into(), "".into())];
+        policy.memory_bytes = Some(64 << 20);
+        let wire = serde_json::to_value(&policy).expect("serializes");
+        assert_eq!(wire["scaling"]["stableWindow"], "6500ms");
+        assert_eq!(wire["scaling"]["metric"], "rps");
+        assert_eq!(wire["timeouts"]["request"], "300s");
+        assert_eq!(wire["env"][0], serde_json::json!({"name": "GREETING", "value": "hi"}));
+        let back: FiberPolicy = serde_json::from_value(wire).expect("deserializes");
+        assert_eq!(back, policy);
+    }
+
+    #[test]
+    fn a_negative_duration_is_refused() {
+        let mut wire = serde_json::to_value(FiberPolicy::default()).expect("serializes");
+        wire["timeouts"]["request"] = "-1s".into();
+        let err = serde_json::from_value::<FiberPolicy>(wire).expect_err("negative");
+        assert!(err.to_string().contains("negative"), "{err}");
+    }
+}
