@@ -193,7 +193,7 @@ impl TimeoutPolicy {
 pub fn format_go_duration(duration: Duration) -> String {
     if duration.subsec_nanos() == 0 {
         format!("{}s", duration.as_secs())
-    } else if duration.subsec_nanos() % 1_000_000 == 0 {
+    } else if duration.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", duration.as_millis())
     } else {
         format!("{}ns", duration.as_nanos())
