@@ -20,6 +20,7 @@
 mod install;
 pub mod pki;
 mod process;
+pub use process::Process;
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -39,7 +40,6 @@ use kube::core::{ApiResource, GroupVersionKind, ObjectMeta};
 use kube::Client;
 
 pub use install::SYSTEM_NAMESPACE;
-use process::Process;
 use upstream::{Binaries, KnativeModules};
 
 /// Longest the whole start may take once the binaries are built.

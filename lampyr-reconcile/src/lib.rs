@@ -1,0 +1,3 @@
+//! Lampyr's controllers, as libraries under thin binaries:
+//! the Fiber Revision reconciler (`lampyr-controller`) and the grant
+//! controller (`fiberd-k8s-controller`). See `docs/cluster.md`.
