@@ -19,7 +19,9 @@
 
 mod install;
 pub mod pki;
+mod pod_runner;
 mod process;
+pub use pod_runner::PodRunner;
 pub use process::Process;
 pub mod upstream;
 

@@ -1,0 +1,164 @@
+//! The test environment has no kubelet: this stands in for one for grant Pods,
+//! running each Pod's fiberd container as a local process.
+//!
+//! For every Pod labelled `fiber.lampyr.dev/grant` it starts the given fiberd
+//! binary with the container's own arguments (`$(POD_NAME)` and `$(POD_IP)`
+//! expanded, the listen and advertise addresses moved to a free loopback
+//! port) plus the test's extra arguments, and, once fiberd answers
+//! `/healthz`, reports the Pod Running and Ready with IP `127.0.0.1`, as a
+//! kubelet would. A Pod that is deleted has its process killed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::process::Process;
+
+/// The label grant Pods carry.
+const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
+
+/// Runs grant Pods as local fiberd processes until dropped.
+pub struct PodRunner {
+    task: tokio::task::JoinHandle<()>,
+    running: Arc<Mutex<BTreeMap<String, Running>>>,
+}
+
+/// A Pod's process and where it listens.
+struct Running {
+    process: Process,
+    port: u16,
+}
+
+impl PodRunner {
+    /// Starts watching grant Pods (all namespaces) and running them with
+    /// `fiberd` plus `extra_args`; logs go under `log_dir`.
+    pub fn start(client: Client, fiberd: PathBuf, extra_args: Vec<String>, log_dir: &Path) -> Self {
+        let running = Arc::new(Mutex::new(BTreeMap::new()));
+        let log_dir = log_dir.to_path_buf();
+        let state = running.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Err(e) = sync_once(&client, &fiberd, &extra_args, &log_dir, &state).await {
+                    eprintln!("pod runner: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        PodRunner { task, running }
+    }
+
+    /// `namespace/name -> port` of every Pod running now.
+    pub fn ports(&self) -> BTreeMap<String, u16> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.iter().map(|(pod, r)| (pod.clone(), r.port)).collect()
+    }
+
+    /// Kills the process of Pod `namespace/name` as a crash would; it is not
+    /// restarted while that Pod exists (its status is left as it was, as in the
+    /// seconds before a kubelet notices).
+    pub fn kill(&self, pod: &str) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.get_mut(pod).map(|r| r.process.kill()).is_some()
+    }
+}
+
+impl Drop for PodRunner {
+    fn drop(&mut self) {
+        self.task.abort();
+        // Processes are killed as their `Process` values drop.
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+async fn sync_once(
+    client: &Client,
+    fiberd: &Path,
+    extra_args: &[String],
+    log_dir: &Path,
+    running: &Mutex<BTreeMap<String, Running>>,
+) -> Result<(), String> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let listed = pods.list(&ListParams::default().labels(GRANT_LABEL)).await.map_err(|e| format!("listing grant Pods: {e}"))?;
+    let live: BTreeMap<String, &Pod> = listed
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| (format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()), p))
+        .collect();
+    let to_start: Vec<(String, Pod)> = {
+        let mut state = running.lock().unwrap_or_else(|p| p.into_inner());
+        state.retain(|key, _| live.contains_key(key));
+        live.iter().filter(|(key, _)| !state.contains_key(*key)).map(|(k, p)| (k.clone(), (*p).clone())).collect()
+    };
+    for (key, pod) in to_start {
+        let port = super::free_port()?;
+        let command = fiberd_command(fiberd, &pod, port, extra_args)?;
+        let log = log_dir.join(format!("fiberd-{}.log", key.replace('/', "_")));
+        let process = Process::spawn("fiberd", command, &log)?;
+        running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Running { process, port });
+        wait_healthy(port).await;
+        report_ready(client, &pod).await?;
+    }
+    Ok(())
+}
+
+/// The fiberd container's command line, rewritten for a loopback process.
+fn fiberd_command(fiberd: &Path, pod: &Pod, port: u16, extra_args: &[String]) -> Result<Command, String> {
+    let container = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == "fiberd"))
+        .ok_or_else(|| format!("Pod {} has no fiberd container", pod.name_any()))?;
+    let mut command = Command::new(fiberd);
+    for arg in container.args.iter().flatten() {
+        let arg = arg.replace("$(POD_NAME)", &pod.name_any()).replace("$(POD_IP)", "127.0.0.1");
+        // Addresses and the in-Pod fleet-key mount are the Pod's; the test supplies its own.
+        let dropped = ["--listen=", "--advertise=", "--fleet-key-file="];
+        if !dropped.iter().any(|prefix| arg.starts_with(prefix)) {
+            command.arg(arg);
+        }
+    }
+    command.arg(format!("--listen=127.0.0.1:{port}")).arg(format!("--advertise=127.0.0.1:{port}")).args(extra_args);
+    Ok(command)
+}
+
+async fn wait_healthy(port: u16) {
+    for _ in 0..300 {
+        if let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let request = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+            let mut head = [0u8; 12];
+            if stream.write_all(request.as_bytes()).await.is_ok()
+                && stream.read_exact(&mut head).await.is_ok()
+                && &head[9..12] == b"200"
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Reports the Pod Running and Ready, as a kubelet does once its probes pass.
+async fn report_ready(client: &Client, pod: &Pod) -> Result<(), String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = json!({ "status": {
+        "phase": "Running", "podIP": "127.0.0.1", "podIPs": [{ "ip": "127.0.0.1" }], "hostIP": "127.0.0.1",
+        "conditions": [
+            { "type": "Ready", "status": "True", "lastTransitionTime": now },
+            { "type": "ContainersReady", "status": "True", "lastTransitionTime": now },
+        ],
+    } });
+    pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map_err(|e| format!("reporting Pod {} ready: {e}", pod.name_any()))?;
+    Ok(())
+}
