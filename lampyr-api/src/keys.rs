@@ -79,6 +79,8 @@ pub const INGRESS_CLASS_KEYS: &[&str] = &[
 ];
 /// Kourier's ingress class.
 pub const KOURIER_INGRESS_CLASS: &str = "kourier.ingress.networking.knative.dev";
+/// fiber-router's ingress class: KIngresses fiber-router implements itself.
+pub const FIBER_INGRESS_CLASS: &str = "fiber.ingress.networking.knative.dev";
 /// Annotation: the certificate class that implements an object's Certificates.
 pub const CERTIFICATE_CLASS_ANNOTATION: &str = "networking.knative.dev/certificate.class";
 /// [`CERTIFICATE_CLASS_ANNOTATION`] and its alternative name, in upstream's priority.

@@ -1,6 +1,10 @@
 //! A Revision served by an upstream HTTP/1.1 server (a plain container, or a
 //! fiberd instance in a cluster), reached through a pooled keep-alive client.
 //!
+//! The upstream speaks HTTP/1.1, or HTTP/2 with prior knowledge (h2c) when
+//! built with [`HttpBackend::h2c`]. [`crate::FiberdBackend`] forwards through
+//! the same code, one `HttpBackend` per fiberd instance.
+//!
 //! Failures map onto [`InvokeError`] so the router answers them like fiber
 //! failures, with one distinction callers can route on:
 //! [`InvokeError::Unavailable`] (503, [`InvokeError::retryable`]) means no
@@ -52,11 +56,12 @@ impl Default for HttpLimits {
     }
 }
 
-/// Forwards a Revision's requests to one upstream HTTP/1.1 server.
+/// Forwards a Revision's requests to one upstream HTTP/1.1 (or h2c) server.
 pub struct HttpBackend {
     upstream: SocketAddr,
     authority: Authority,
     client: Client<HttpConnector, Full<Bytes>>,
+    http2: bool,
     max_request_body: u64,
     max_response_body: u64,
     in_flight: AtomicUsize,
@@ -66,6 +71,17 @@ impl HttpBackend {
     /// A backend for `upstream` accepting request bodies up to `max_request_body` bytes.
     /// Connections are made on first use and kept alive for reuse.
     pub fn new(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits) -> Self {
+        Self::build(upstream, max_request_body, limits, false)
+    }
+
+    /// Like [`HttpBackend::new`], speaking HTTP/2 cleartext with prior knowledge
+    /// (the upstream must accept h2c without an upgrade): requests share
+    /// multiplexed connections.
+    pub fn h2c(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits) -> Self {
+        Self::build(upstream, max_request_body, limits, true)
+    }
+
+    fn build(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits, http2: bool) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(limits.connect_timeout));
@@ -74,12 +90,14 @@ impl HttpBackend {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(limits.pool_idle_timeout)
             .pool_max_idle_per_host(limits.pool_max_idle)
+            .http2_only(http2)
             .build(connector);
         let authority = Authority::try_from(upstream.to_string()).expect("a socket address is a valid authority");
         HttpBackend {
             upstream,
             authority,
             client,
+            http2,
             max_request_body,
             max_response_body: limits.max_response_body,
             in_flight: AtomicUsize::new(0),
@@ -91,36 +109,49 @@ impl HttpBackend {
         self.upstream
     }
 
-    /// Builds the upstream request: same method, path and query, headers minus hop-by-hop ones.
+    /// Whether requests go out as HTTP/2 cleartext.
+    pub fn is_h2c(&self) -> bool {
+        self.http2
+    }
+
+    /// Requests in flight to this upstream.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// The upstream request for this backend's address.
+    #[cfg(test)]
     fn upstream_request(&self, req: Request) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
-        let method = Method::from_bytes(req.method.as_bytes())
-            .map_err(|_| unforwardable(format!("invalid method {:?}", req.method)))?;
-        if !req.uri.starts_with('/') {
-            return Err(unforwardable(format!("request target {:?} is not a path", req.uri)));
-        }
+        let prepared = prepare(req)?;
+        self.addressed(&prepared)
+    }
+
+    /// A copy of `prepared` aimed at this backend's upstream (the body is shared, not copied).
+    fn addressed(&self, prepared: &hyper::Request<Full<Bytes>>) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
+        let target = prepared.uri().path_and_query().map_or("/", |pq| pq.as_str());
         let uri = Uri::builder()
             .scheme(Scheme::HTTP)
             .authority(self.authority.clone())
-            .path_and_query(req.uri.as_str())
+            .path_and_query(target)
             .build()
-            .map_err(|e| unforwardable(format!("invalid request target {:?}: {e}", req.uri)))?;
-        let mut headers = HeaderMap::with_capacity(req.headers.len());
-        for h in req.headers {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| unforwardable(format!("invalid header name {:?}", h.name)))?;
-            let value =
-                HeaderValue::from_bytes(&h.value).map_err(|_| unforwardable(format!("invalid value of header {name}")))?;
-            headers.append(name, value);
-        }
-        strip_hop_by_hop(&mut headers);
-        // The body is whole: the length is recomputed, and nothing waits for `100 Continue`.
-        headers.remove(CONTENT_LENGTH);
-        headers.remove(http::header::EXPECT);
-        let mut out = hyper::Request::new(Full::new(Bytes::from(req.body)));
-        *out.method_mut() = method;
+            .map_err(|e| unforwardable(format!("invalid request target {target:?}: {e}")))?;
+        let mut out = hyper::Request::new(prepared.body().clone());
+        *out.method_mut() = prepared.method().clone();
         *out.uri_mut() = uri;
-        *out.headers_mut() = headers;
+        *out.headers_mut() = prepared.headers().clone();
         Ok(out)
+    }
+
+    /// Sends a [`prepare`]d request to this upstream before `deadline`.
+    ///
+    /// `Err(InvokeError::Unavailable)` means no connection could be made, so
+    /// nothing was sent and another upstream may be tried.
+    pub(crate) async fn send(&self, prepared: &hyper::Request<Full<Bytes>>, deadline: Instant) -> Result<Response, InvokeError> {
+        let _in_flight = InFlight::enter(&self.in_flight);
+        let req = self.addressed(prepared)?;
+        // Dropping the exchange at the deadline closes its connection, so a late
+        // answer never reaches a pooled connection's next request.
+        tokio::time::timeout_at(deadline, self.exchange(req)).await.unwrap_or(Err(InvokeError::Timeout))
     }
 
     /// Sends `req` and reads the whole, bounded response.
@@ -172,15 +203,12 @@ impl HttpBackend {
 impl Backend for HttpBackend {
     fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>> {
         Box::pin(async move {
-            let _in_flight = InFlight::enter(&self.in_flight);
             let size = req.body.len() as u64;
             if size > self.max_request_body {
                 return Err(InvokeError::RequestTooLarge { size, max: self.max_request_body });
             }
-            let req = self.upstream_request(req)?;
-            // Dropping the exchange at the deadline closes its connection, so a late
-            // answer never reaches a pooled connection's next request.
-            tokio::time::timeout_at(deadline, self.exchange(req)).await.unwrap_or(Err(InvokeError::Timeout))
+            let req = prepare(req)?;
+            self.send(&req, deadline).await
         })
     }
 
@@ -192,16 +220,49 @@ impl Backend for HttpBackend {
     /// always 0: the upstream's capacity is not visible from here, and nothing
     /// here scales it.
     fn stats(&self) -> BackendStats {
-        BackendStats { in_flight: self.in_flight.load(Ordering::Acquire), ..BackendStats::default() }
+        BackendStats { in_flight: self.in_flight(), ..BackendStats::default() }
     }
 }
 
+/// Builds the upstream request from a guest-shaped one: same method, path and
+/// query (origin form; [`HttpBackend::send`] adds the upstream's address),
+/// headers minus hop-by-hop ones.
+pub(crate) fn prepare(req: Request) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
+    let method =
+        Method::from_bytes(req.method.as_bytes()).map_err(|_| unforwardable(format!("invalid method {:?}", req.method)))?;
+    if !req.uri.starts_with('/') {
+        return Err(unforwardable(format!("request target {:?} is not a path", req.uri)));
+    }
+    let uri = Uri::try_from(req.uri.as_str()).map_err(|e| unforwardable(format!("invalid request target {:?}: {e}", req.uri)))?;
+    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    for h in req.headers {
+        let name =
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| unforwardable(format!("invalid header name {:?}", h.name)))?;
+        let value = HeaderValue::from_bytes(&h.value).map_err(|_| unforwardable(format!("invalid value of header {name}")))?;
+        headers.append(name, value);
+    }
+    strip_hop_by_hop(&mut headers);
+    // The body is whole: the length is recomputed, and nothing waits for `100 Continue`.
+    headers.remove(CONTENT_LENGTH);
+    headers.remove(http::header::EXPECT);
+    let mut out = hyper::Request::new(Full::new(Bytes::from(req.body)));
+    *out.method_mut() = method;
+    *out.uri_mut() = uri;
+    *out.headers_mut() = headers;
+    Ok(out)
+}
+
 /// Counts one request in flight until dropped (also when the caller abandons it).
-struct InFlight<'a>(&'a AtomicUsize);
+pub(crate) struct InFlight<'a>(&'a AtomicUsize);
 
 impl<'a> InFlight<'a> {
-    fn enter(counter: &'a AtomicUsize) -> Self {
+    pub(crate) fn enter(counter: &'a AtomicUsize) -> Self {
         counter.fetch_add(1, Ordering::AcqRel);
+        InFlight(counter)
+    }
+
+    /// Takes over a count the caller has already added to `counter`.
+    pub(crate) fn entered(counter: &'a AtomicUsize) -> Self {
         InFlight(counter)
     }
 }

@@ -33,6 +33,12 @@ pub struct RouterMetrics {
     pub queue_depth: Family<Labels, Gauge>,
     /// Requests that matched no Service or Revision.
     pub unrouted: Counter,
+    /// Connections to fiberd instances that failed, so the request went to another instance.
+    pub upstream_connect_failures: Family<Labels, Counter>,
+    /// Loaded fiberd instances a Revision's requests may go to.
+    pub instances: Family<Labels, Gauge>,
+    /// KIngresses of the router's class programmed into its routes.
+    pub ingresses: Gauge,
 }
 
 impl Default for RouterMetrics {
@@ -46,6 +52,9 @@ impl Default for RouterMetrics {
             fibers_actual: Family::default(),
             queue_depth: Family::default(),
             unrouted: Counter::default(),
+            upstream_connect_failures: Family::default(),
+            instances: Family::default(),
+            ingresses: Gauge::default(),
         }
     }
 }
@@ -62,6 +71,13 @@ impl RouterMetrics {
         r.register("fibers_actual", "Fibers alive", self.fibers_actual.clone());
         r.register("queue_depth", "Requests waiting for a fiber", self.queue_depth.clone());
         r.register("unrouted", "Requests that matched no service or revision", self.unrouted.clone());
+        r.register(
+            "upstream_connect_failures",
+            "Connections to fiberd instances that failed, the request going to another instance",
+            self.upstream_connect_failures.clone(),
+        );
+        r.register("instances", "Loaded fiberd instances serving a revision", self.instances.clone());
+        r.register("ingresses", "KIngresses of the router's class programmed into its routes", self.ingresses.clone());
     }
 }
 

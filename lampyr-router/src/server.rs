@@ -1,5 +1,15 @@
 //! The HTTP front: accepts HTTP/1.1 and h2c, answers probes, health and
 //! metrics, routes requests to Revisions, maps every failure to one status.
+//!
+//! A request is routed, in order, by:
+//! 1. its host, when a KIngress rule names it ([`RouteTable::host`]): the
+//!    first matching path, a split by percent, the path's and split's headers
+//!    added (and the host rewritten, if the path says so);
+//! 2. its `Knative-Serving-Namespace` and `Knative-Serving-Revision` headers
+//!    (what Kourier's splits append), internal listeners only;
+//! 3. its host as `<service>.<namespace>.<domain>` (local mode);
+//! 4. otherwise the router's own endpoints: `/healthz`, and `/metrics` on
+//!    internal listeners.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,7 +31,8 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::metrics::{RevisionMetrics, RouterMetrics, revision_labels};
-use crate::table::{RevisionEntry, RouteTable, parse_host};
+use crate::table::{HostRoute, RevisionEntry, RouteTable, parse_host};
+use lampyr_api::networking::IngressVisibility;
 
 /// Header naming the Revision on the cluster path (set by the KIngress split).
 pub const REVISION_HEADER: &str = "knative-serving-revision";
@@ -56,6 +67,24 @@ impl Default for RouterConfig {
 
 type Resp = hyper::Response<Full<Bytes>>;
 
+/// What a listener serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Exposure {
+    /// Everything: every KIngress rule, header-routed requests, Host-routed
+    /// Services, `/metrics`. For listeners only the cluster reaches.
+    #[default]
+    Internal,
+    /// `ExternalIP` KIngress rules only (and `/healthz`): a client cannot pick a
+    /// Revision with headers or reach a `ClusterLocal` host.
+    Public,
+}
+
+impl Exposure {
+    fn serves(self, visibility: IngressVisibility) -> bool {
+        self == Exposure::Internal || visibility == IngressVisibility::ExternalIp
+    }
+}
+
 /// fiber-router: a routing table behind an HTTP server.
 pub struct Router {
     table: ArcSwap<RouteTable>,
@@ -83,6 +112,11 @@ impl Router {
         self.table.store(Arc::new(table));
     }
 
+    /// The router's metric families (backends built for it count into them).
+    pub fn metrics(&self) -> &RouterMetrics {
+        &self.metrics
+    }
+
     /// Metrics text, refreshed with the backends' current counts.
     pub fn render_metrics(&self) -> String {
         for rev in self.table.load().revisions() {
@@ -96,7 +130,19 @@ impl Router {
     }
 
     /// Serves connections from `listener` until `shutdown` resolves, then drains.
+    /// The listener is [`Exposure::Internal`].
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl std::future::Future<Output = ()>) {
+        self.serve_exposed(listener, Exposure::Internal, shutdown).await;
+    }
+
+    /// Serves connections from `listener`, exposing what `exposure` says,
+    /// until `shutdown` resolves, then drains.
+    pub async fn serve_exposed(
+        self: Arc<Self>,
+        listener: TcpListener,
+        exposure: Exposure,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
         let graceful = GracefulShutdown::new();
         let limit = Arc::new(Semaphore::new(self.config.max_connections));
         let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -125,7 +171,7 @@ impl Router {
             let router = Arc::clone(&self);
             let service = hyper::service::service_fn(move |req| {
                 let router = Arc::clone(&router);
-                async move { Ok::<_, std::convert::Infallible>(router.handle(req, peer).await) }
+                async move { Ok::<_, std::convert::Infallible>(router.handle_exposed(req, peer, exposure).await) }
             });
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
             let conn = graceful.watch(conn);
@@ -142,8 +188,13 @@ impl Router {
         }
     }
 
-    /// Answers one request.
-    pub async fn handle(&self, req: hyper::Request<Incoming>, _peer: SocketAddr) -> Resp {
+    /// Answers one request arriving on an [`Exposure::Internal`] listener.
+    pub async fn handle(&self, req: hyper::Request<Incoming>, peer: SocketAddr) -> Resp {
+        self.handle_exposed(req, peer, Exposure::Internal).await
+    }
+
+    /// Answers one request arriving on a listener exposing `exposure`.
+    pub async fn handle_exposed(&self, mut req: hyper::Request<Incoming>, _peer: SocketAddr, exposure: Exposure) -> Resp {
         if let Some(hash) = probe_hash(req.headers()) {
             let mut resp = text(StatusCode::OK, "");
             if let Some(hash) = hash {
@@ -152,7 +203,7 @@ impl Router {
             return resp;
         }
         let table = self.table.load_full();
-        let entry = match self.resolve(&table, &req) {
+        let entry = match self.resolve(&table, &mut req, exposure) {
             Ok(entry) => entry,
             Err(resp) => return resp,
         };
@@ -161,7 +212,14 @@ impl Router {
 
     // The error is the ready answer itself; it is built once per failed lookup.
     #[allow(clippy::result_large_err)]
-    fn resolve(&self, table: &RouteTable, req: &hyper::Request<Incoming>) -> Result<Arc<RevisionEntry>, Resp> {
+    fn resolve(&self, table: &RouteTable, req: &mut hyper::Request<Incoming>, exposure: Exposure) -> Result<Arc<RevisionEntry>, Resp> {
+        let host = request_host(req).to_string();
+        if let Some(route) = table.host(&host).filter(|r| exposure.serves(r.visibility)) {
+            return self.route_ingress(table, route, req, true);
+        }
+        if exposure == Exposure::Public {
+            return Err(self.own_endpoint(req.uri().path(), &host, exposure));
+        }
         let headers = req.headers();
         if let (Some(ns), Some(rev)) = (header_str(headers, NAMESPACE_HEADER), header_str(headers, REVISION_HEADER)) {
             return table.revision(ns, rev).cloned().ok_or_else(|| {
@@ -169,20 +227,63 @@ impl Router {
                 text(StatusCode::NOT_FOUND, &format!("revision {ns}/{rev} is not served here\n"))
             });
         }
-        let host = req.uri().authority().map(|a| a.as_str()).or_else(|| header_str(headers, "host")).unwrap_or("");
-        let Some(route) = parse_host(host, &self.config.domain).and_then(|(svc, ns)| table.service(ns, svc)) else {
-            return Err(self.own_endpoint(req.uri().path(), host));
+        let Some(route) = parse_host(&host, &self.config.domain).and_then(|(svc, ns)| table.service(ns, svc)) else {
+            return Err(self.own_endpoint(req.uri().path(), &host, exposure));
         };
         table.pick(route, fastrand::u32(0..100)).cloned().ok_or_else(|| {
             text(StatusCode::SERVICE_UNAVAILABLE, &format!("service {}/{} has no ready revision\n", route.namespace, route.name))
         })
     }
 
+    /// Routes by a KIngress rule: path, split, headers, host rewrite. A path
+    /// whose split is no Revision here but which rewrites the host (a
+    /// DomainMapping's) continues, once, with the rewritten host's rule.
+    #[allow(clippy::result_large_err)]
+    fn route_ingress(
+        &self,
+        table: &RouteTable,
+        route: &HostRoute,
+        req: &mut hyper::Request<Incoming>,
+        may_rewrite: bool,
+    ) -> Result<Arc<RevisionEntry>, Resp> {
+        let Some(path) = route.route(req.uri().path(), req.headers()) else {
+            self.metrics.unrouted.inc();
+            return Err(text(StatusCode::NOT_FOUND, &format!("no path of KIngress {} matches this request\n", route.ingress)));
+        };
+        if route.redirect_to_https {
+            return Err(https_redirect(req));
+        }
+        let total = path.total_percent();
+        let Some(split) = path.pick(if total == 0 { 0 } else { fastrand::u32(0..total) }) else {
+            return Err(text(StatusCode::SERVICE_UNAVAILABLE, &format!("KIngress {} has no backend for this path\n", route.ingress)));
+        };
+        let headers = req.headers_mut();
+        for (name, value) in path.append_headers.iter().chain(&split.append_headers) {
+            headers.insert(name.clone(), value.clone());
+        }
+        if let Some(host) = &path.rewrite_host {
+            headers.insert(http::header::HOST, host.clone());
+        }
+        if let Some(entry) = table.revision(&split.namespace, &split.service) {
+            return Ok(Arc::clone(entry));
+        }
+        let rewritten = path.rewrite_host.as_ref().and_then(|h| h.to_str().ok()).and_then(|h| table.host(h));
+        if let Some(next) = rewritten.filter(|_| may_rewrite) {
+            return self.route_ingress(table, next, req, false);
+        }
+        let mut resp = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("revision {}/{} is not published to this router (no Home)\n", split.namespace, split.service),
+        );
+        resp.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        Err(resp)
+    }
+
     /// The router's own endpoints, reached by a Host that names no Service.
-    fn own_endpoint(&self, path: &str, host: &str) -> Resp {
+    fn own_endpoint(&self, path: &str, host: &str, exposure: Exposure) -> Resp {
         match path {
             "/healthz" => text(StatusCode::OK, "ok\n"),
-            "/metrics" => {
+            "/metrics" if exposure == Exposure::Internal => {
                 let mut resp = text(StatusCode::OK, &self.render_metrics());
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,
@@ -192,7 +293,11 @@ impl Router {
             }
             _ => {
                 self.metrics.unrouted.inc();
-                text(StatusCode::NOT_FOUND, &format!("no service for host {host:?} (expected <service>.<namespace>.{})\n", self.config.domain))
+                let expected = match exposure {
+                    Exposure::Internal => format!("a KIngress host or <service>.<namespace>.{}", self.config.domain),
+                    Exposure::Public => "a public KIngress host".to_string(),
+                };
+                text(StatusCode::NOT_FOUND, &format!("no service for host {host:?} (expected {expected})\n"))
             }
         }
     }
@@ -223,6 +328,26 @@ impl Router {
 /// `Some(hash)` when the request is a Knative network probe.
 fn probe_hash(headers: &HeaderMap) -> Option<Option<HeaderValue>> {
     headers.contains_key(PROBE_HEADER).then(|| headers.get(HASH_HEADER).cloned())
+}
+
+/// The request's host: the URI's authority (HTTP/2, absolute form) or the Host header.
+fn request_host<B>(req: &hyper::Request<B>) -> &str {
+    req.uri().authority().map(|a| a.as_str()).or_else(|| header_str(req.headers(), "host")).unwrap_or("")
+}
+
+/// `301` to the same host and target over HTTPS (Envoy's `https_redirect`, as Kourier configures it).
+fn https_redirect<B>(req: &hyper::Request<B>) -> Resp {
+    let host = request_host(req);
+    let host = host.rsplit_once(':').filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit())).map_or(host, |(h, _)| h);
+    let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let mut resp = text(StatusCode::MOVED_PERMANENTLY, "");
+    match HeaderValue::from_str(&format!("https://{host}{target}")) {
+        Ok(location) => {
+            resp.headers_mut().insert(http::header::LOCATION, location);
+            resp
+        }
+        Err(_) => text(StatusCode::BAD_REQUEST, "the request's host cannot be redirected\n"),
+    }
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

@@ -1,0 +1,323 @@
+//! Cluster mode: the router's table from the API server.
+//!
+//! [`ClusterRoutes::start`] lists and watches, in every namespace:
+//! - **Homes** (`fiber.lampyr.dev/v1alpha1`): each one becomes the Revision
+//!   `namespace/<spec.revisionName>`, served by a [`FiberdBackend`] whose
+//!   instances are the Home's `status.instances` with `loaded: true` and whose
+//!   policy is `spec.policy`. A Home that is gone takes its Revision with it.
+//! - **KIngresses** of the router's ingress class: their rules become host
+//!   routes ([`crate::kingress`]), and once a KIngress is programmed its status
+//!   says so (`observedGeneration`, `NetworkConfigured`, `LoadBalancerReady`,
+//!   hence `Ready`; both load balancers at the router's Service DNS name),
+//!   written through the `/status` subresource.
+//!
+//! Every change rebuilds the whole table from the watched state and swaps it
+//! in ([`Router::set_table`]); Revisions keep their backends (connection
+//! pools, waiting requests) across rebuilds. Because the state is listed
+//! first, a restarted router converges to the API server's state without
+//! having seen the changes it missed.
+//!
+//! The router's identity needs `get`, `list` and `watch` on `homes` and
+//! `ingresses.networking.internal.knative.dev`, and `patch` on
+//! `ingresses/status`.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use lampyr_api::networking::Ingress;
+use lampyr_api::{Home, keys};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::fiberd_backend::{FiberdBackend, FiberdConfig, Instance};
+use crate::kingress::{self, NotConfigured, REASON_HOST_CONFLICT};
+use crate::server::Router;
+use crate::table::{RevisionEntry, RouteTable};
+
+/// Longest wait for resolving an instance address that is a DNS name.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Settings of cluster mode.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// The ingress class whose KIngresses the router implements
+    /// ([`keys::FIBER_INGRESS_CLASS`] by default); `None`: KIngresses are
+    /// neither watched nor programmed.
+    pub ingress_class: Option<String>,
+    /// DNS name of the router's own Service, reported as `domainInternal` of
+    /// both load balancers in KIngress status.
+    pub service_dns: String,
+    /// Settings of each Revision's backend. Its `queue_capacity` applies to
+    /// every Revision when [`ClusterConfig::fixed_queue_capacity`] is set;
+    /// otherwise each Revision's comes from its policy ([`queue_capacity`]).
+    pub backend: FiberdConfig,
+    /// Use `backend.queue_capacity` for every Revision.
+    pub fixed_queue_capacity: bool,
+    /// Wait before retrying a status write that failed.
+    pub retry: Duration,
+}
+
+impl ClusterConfig {
+    /// Implements [`keys::FIBER_INGRESS_CLASS`], reporting `service_dns`.
+    pub fn new(service_dns: impl Into<String>) -> Self {
+        ClusterConfig {
+            ingress_class: Some(keys::FIBER_INGRESS_CLASS.to_string()),
+            service_dns: service_dns.into(),
+            backend: FiberdConfig::default(),
+            fixed_queue_capacity: false,
+            retry: Duration::from_secs(5),
+        }
+    }
+}
+
+/// How many requests may wait for an instance of a Revision with `policy`:
+/// as in `ly run`, 10 per fiber the Revision may have (64 when `max-scale`
+/// is unbounded), between 100 and 10,000.
+pub fn queue_capacity(policy: &lampyr_fiber::policy::FiberPolicy) -> usize {
+    let max = if policy.scaling.max_scale == 0 { 64 } else { policy.scaling.max_scale as usize };
+    max.saturating_mul(10).clamp(100, 10_000)
+}
+
+/// The watches and the loop keeping a [`Router`]'s table in step with the
+/// cluster; stopped when dropped (the router keeps its last table).
+pub struct ClusterRoutes {
+    tasks: Vec<JoinHandle<()>>,
+    synced: watch::Receiver<bool>,
+}
+
+impl ClusterRoutes {
+    /// Starts watching with `client` and programming `router`.
+    pub fn start(router: Arc<Router>, client: Client, config: ClusterConfig) -> Self {
+        let notify = Arc::new(Notify::new());
+        let (homes, home_task) = watch_all(Api::<Home>::all(client.clone()), Arc::clone(&notify), "Homes");
+        let mut tasks = vec![home_task];
+        let ingresses = config.ingress_class.as_ref().map(|_| {
+            let (store, task) = watch_all(Api::<Ingress>::all(client.clone()), Arc::clone(&notify), "KIngresses");
+            tasks.push(task);
+            store
+        });
+        let (synced_tx, synced) = watch::channel(false);
+        let reconciler = Reconciler { router, client, config, backends: HashMap::new() };
+        tasks.push(tokio::spawn(reconciler.run(homes, ingresses, notify, synced_tx)));
+        ClusterRoutes { tasks, synced }
+    }
+
+    /// Waits until the router serves the listed state: every watch has listed
+    /// once and the table built from it is in place.
+    pub async fn synced(&self) {
+        let mut synced = self.synced.clone();
+        // An error means the loop ended (only when stopped); nothing more will come.
+        let _ = synced.wait_for(|s| *s).await;
+    }
+
+    /// Whether [`ClusterRoutes::synced`] would return at once.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+}
+
+impl Drop for ClusterRoutes {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Lists and watches every `K`, keeping a store and waking `notify` on each change.
+fn watch_all<K>(api: Api<K>, notify: Arc<Notify>, what: &'static str) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .map_ok(|event| event.modify(|object| object.managed_fields_mut().clear()));
+    let stream = reflector::reflector(writer, events);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => notify.notify_one(),
+                Err(e) => tracing::warn!(error = %e, "watching {what} failed; retrying with backoff"),
+            }
+        }
+    });
+    (reader, task)
+}
+
+struct Reconciler {
+    router: Arc<Router>,
+    client: Client,
+    config: ClusterConfig,
+    backends: HashMap<(String, String), Arc<FiberdBackend>>,
+}
+
+impl Reconciler {
+    async fn run(
+        mut self,
+        homes: Store<Home>,
+        ingresses: Option<Store<Ingress>>,
+        notify: Arc<Notify>,
+        synced: watch::Sender<bool>,
+    ) {
+        if homes.wait_until_ready().await.is_err() {
+            return;
+        }
+        if let Some(store) = &ingresses
+            && store.wait_until_ready().await.is_err()
+        {
+            return;
+        }
+        tracing::info!("Homes and KIngresses listed; routing");
+        loop {
+            let settled = self.reconcile(&homes, ingresses.as_ref()).await;
+            synced.send_replace(true);
+            if settled {
+                notify.notified().await;
+            } else {
+                tokio::select! {
+                    () = notify.notified() => {}
+                    () = tokio::time::sleep(self.config.retry) => {}
+                }
+            }
+        }
+    }
+
+    /// Rebuilds the table from the stores and writes KIngress statuses;
+    /// `false` when a status write failed and should be retried.
+    async fn reconcile(&mut self, homes: &Store<Home>, ingresses: Option<&Store<Ingress>>) -> bool {
+        let mut table = RouteTable::default();
+        let mut homes = homes.state();
+        homes.sort_by_key(|h| (h.namespace(), h.name_any()));
+        let mut live = HashSet::new();
+        for home in &homes {
+            let Some(namespace) = home.metadata.namespace.clone() else { continue };
+            let revision = if home.spec.revision_name.is_empty() { home.name_any() } else { home.spec.revision_name.clone() };
+            let key = (namespace.clone(), revision.clone());
+            if !live.insert(key.clone()) {
+                tracing::warn!(home = %home.name_any(), %namespace, %revision, "another Home already publishes this Revision; ignored");
+                continue;
+            }
+            let policy = &home.spec.policy;
+            let backend = self.backends.entry(key).or_insert_with(|| {
+                let mut config = self.config.backend.clone();
+                if !self.config.fixed_queue_capacity {
+                    config.queue_capacity = queue_capacity(policy);
+                }
+                FiberdBackend::new(&namespace, &revision, config, self.router.metrics())
+            });
+            backend.set_instances(&loaded_instances(home).await, policy.http2);
+            table.insert_revision(RevisionEntry::new(namespace, revision, policy.clone(), Arc::clone(backend) as _));
+        }
+        self.backends.retain(|key, backend| {
+            let keep = live.contains(key);
+            if !keep {
+                tracing::info!(namespace = %key.0, revision = %key.1, "Home gone; Revision removed");
+                backend.close();
+            }
+            keep
+        });
+
+        let mut outcomes = Vec::new();
+        if let (Some(store), Some(class)) = (ingresses, self.config.ingress_class.as_deref()) {
+            let mut ours: Vec<Arc<Ingress>> = store.state().into_iter().filter(|i| kingress::ingress_class(i) == Some(class)).collect();
+            // The oldest KIngress keeps a host another one claims too.
+            ours.sort_by_key(|i| (i.metadata.creation_timestamp.clone(), i.namespace(), i.name_any()));
+            for ingress in ours {
+                let outcome = kingress::routes(&ingress).and_then(|routes| program(&mut table, routes));
+                outcomes.push((ingress, outcome));
+            }
+        }
+        self.router.set_table(table);
+        let programmed = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
+        self.router.metrics().ingresses.set(programmed as i64);
+
+        let mut settled = true;
+        for (ingress, outcome) in outcomes {
+            if ingress.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Err(why) = &outcome {
+                tracing::warn!(namespace = %ingress.namespace().unwrap_or_default(), ingress = %ingress.name_any(), reason = why.reason, message = %why.message, "KIngress not programmed");
+            }
+            let desired = kingress::desired_status(&ingress, outcome.as_ref().map(|_| ()), &self.config.service_dns);
+            if ingress.status.as_ref() == Some(&desired) {
+                continue;
+            }
+            let api = Api::<Ingress>::namespaced(self.client.clone(), &ingress.namespace().unwrap_or_default());
+            let patch = serde_json::json!({ "status": desired });
+            match api.patch_status(&ingress.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => tracing::debug!(ingress = %ingress.name_any(), "KIngress status written"),
+                // Deleted meanwhile: nothing left to report on.
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(ingress = %ingress.name_any(), error = %e, "writing KIngress status failed; will retry");
+                    settled = false;
+                }
+            }
+        }
+        settled
+    }
+}
+
+/// Adds every host of one KIngress, or none when another KIngress holds one of them.
+fn program(table: &mut RouteTable, routes: Vec<(String, Arc<crate::table::HostRoute>)>) -> Result<(), NotConfigured> {
+    if let Some((host, owner)) = routes.iter().find_map(|(h, _)| table.host(h).map(|r| (h, r.ingress.clone()))) {
+        return Err(NotConfigured {
+            reason: REASON_HOST_CONFLICT,
+            message: format!("host {host:?} is already served by KIngress {owner}"),
+        });
+    }
+    for (host, route) in routes {
+        table.insert_host(&host, route);
+    }
+    Ok(())
+}
+
+/// The Home's instances with `loaded: true`, at addresses resolved now.
+async fn loaded_instances(home: &Home) -> Vec<Instance> {
+    let mut out = Vec::new();
+    for instance in home.status.iter().flat_map(|s| &s.instances).filter(|i| i.loaded) {
+        let address = match instance.address.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(instance.address.as_str()))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .and_then(|mut a| a.next()),
+        };
+        match address {
+            Some(address) => out.push(Instance {
+                name: instance.name.clone(),
+                address,
+                warm_fibers: u32::try_from(instance.warm_fibers).unwrap_or(0),
+            }),
+            None => tracing::warn!(home = %home.name_any(), instance = %instance.name, address = %instance.address, "instance address does not resolve; skipped"),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_follow_max_scale_within_bounds() {
+        let mut policy = lampyr_fiber::policy::FiberPolicy::default();
+        assert_eq!(queue_capacity(&policy), 640, "unbounded counts as 64 fibers");
+        policy.scaling.max_scale = 3;
+        assert_eq!(queue_capacity(&policy), 100);
+        policy.scaling.max_scale = 5000;
+        assert_eq!(queue_capacity(&policy), 10_000);
+    }
+}

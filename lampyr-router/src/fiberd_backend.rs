@@ -1,0 +1,317 @@
+//! A Revision served by the fiberd instances its Home lists (cluster mode).
+//!
+//! Each request goes to the instance with the fewest requests in flight (ties
+//! taken in turn), through an [`HttpBackend`] per instance, carrying the
+//! `Knative-Serving-Namespace` and `Knative-Serving-Revision` headers fiberd
+//! routes on. What happens when an instance cannot serve:
+//!
+//! - **refused** (no connection: [`InvokeError::Unavailable`], nothing was
+//!   sent): the request is retried on another instance; when every instance
+//!   refused, it waits for the instance list to change, or retries them after a
+//!   short backoff, until its deadline;
+//! - **failed after sending** (the instance died or reset mid-request): `502`
+//!   at once, never retried — the request may have had effects;
+//! - **no loaded instance**: the request waits in a bounded queue for one to
+//!   appear (the activator's role); a full queue answers `503` with
+//!   `Retry-After`, the deadline `504`.
+//!
+//! The instance list is replaced by [`FiberdBackend::set_instances`] as the
+//! Home's status changes; instances whose address and protocol are unchanged
+//! keep their connection pools and in-flight counts.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use lampyr_abi::{Header, Request, Response};
+use lampyr_fiber::InvokeError;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::backend::{Backend, BackendStats, BoxFuture};
+use crate::http_backend::{HttpBackend, HttpLimits, InFlight, prepare};
+use crate::metrics::{RouterMetrics, revision_labels};
+use crate::server::{NAMESPACE_HEADER, REVISION_HEADER};
+
+/// First wait before retrying instances that all refused; doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(50);
+/// Longest wait between retries of instances that all refused.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// One fiberd instance holding the Revision's fibers, as its Home's status lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    /// The instance's name (its grant Pod's name).
+    pub name: String,
+    /// Where it serves.
+    pub address: SocketAddr,
+    /// Fibers of this Revision warm on it.
+    pub warm_fibers: u32,
+}
+
+/// Settings of a [`FiberdBackend`].
+#[derive(Clone, Debug)]
+pub struct FiberdConfig {
+    /// Largest request body forwarded, in bytes (fiberd applies the template's own limit too).
+    pub max_request_body: u64,
+    /// Limits and pool settings of each instance's connections.
+    pub limits: HttpLimits,
+    /// Most requests waiting for an instance; more are answered `503`.
+    pub queue_capacity: usize,
+}
+
+impl Default for FiberdConfig {
+    fn default() -> Self {
+        FiberdConfig { max_request_body: 8 * 1024 * 1024, limits: HttpLimits::default(), queue_capacity: 640 }
+    }
+}
+
+struct Upstream {
+    name: String,
+    backend: HttpBackend,
+    warm_fibers: AtomicU32,
+}
+
+/// Forwards one Revision's requests to the fiberd instances holding its fibers.
+pub struct FiberdBackend {
+    namespace: String,
+    revision: String,
+    config: FiberdConfig,
+    upstreams: ArcSwap<Vec<Arc<Upstream>>>,
+    /// Bumped on every change of the instance list (and on close): waiting requests look again.
+    changed: watch::Sender<u64>,
+    closed: AtomicBool,
+    next: AtomicUsize,
+    queued: AtomicUsize,
+    connect_failures: Counter,
+    instances_gauge: Gauge,
+}
+
+impl FiberdBackend {
+    /// A backend for Revision `namespace/revision` with no instance yet; its
+    /// metrics go to `metrics`.
+    pub fn new(namespace: &str, revision: &str, config: FiberdConfig, metrics: &RouterMetrics) -> Arc<Self> {
+        let labels = revision_labels(namespace, revision);
+        Arc::new(FiberdBackend {
+            namespace: namespace.to_string(),
+            revision: revision.to_string(),
+            config,
+            upstreams: ArcSwap::from_pointee(Vec::new()),
+            changed: watch::Sender::new(0),
+            closed: AtomicBool::new(false),
+            next: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            connect_failures: metrics.upstream_connect_failures.get_or_create_owned(&labels),
+            instances_gauge: metrics.instances.get_or_create_owned(&labels),
+        })
+    }
+
+    /// Replaces the instances serving the Revision; `http2` makes requests go
+    /// out as h2c. Requests waiting for an instance look again.
+    pub fn set_instances(&self, instances: &[Instance], http2: bool) {
+        let current = self.upstreams.load();
+        let mut next = Vec::with_capacity(instances.len());
+        for instance in instances {
+            if next.iter().any(|u: &Arc<Upstream>| u.backend.upstream() == instance.address) {
+                continue;
+            }
+            let kept = current.iter().find(|u| u.backend.upstream() == instance.address && u.backend.is_h2c() == http2);
+            let upstream = match kept {
+                Some(u) => {
+                    u.warm_fibers.store(instance.warm_fibers, Ordering::Release);
+                    Arc::clone(u)
+                }
+                None => {
+                    let (addr, max, limits) = (instance.address, self.config.max_request_body, self.config.limits.clone());
+                    let backend = if http2 { HttpBackend::h2c(addr, max, limits) } else { HttpBackend::new(addr, max, limits) };
+                    Arc::new(Upstream { name: instance.name.clone(), backend, warm_fibers: AtomicU32::new(instance.warm_fibers) })
+                }
+            };
+            next.push(upstream);
+        }
+        let unchanged = next.len() == current.len() && next.iter().zip(current.iter()).all(|(a, b)| Arc::ptr_eq(a, b));
+        self.instances_gauge.set(next.len() as i64);
+        if !unchanged {
+            self.upstreams.store(Arc::new(next));
+            self.changed.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// The addresses requests may go to now.
+    pub fn instances(&self) -> Vec<SocketAddr> {
+        self.upstreams.load().iter().map(|u| u.backend.upstream()).collect()
+    }
+
+    /// Stops serving: the Revision is gone. Waiting requests and later ones
+    /// are answered `503` at once.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.upstreams.store(Arc::new(Vec::new()));
+        self.instances_gauge.set(0);
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// The least-loaded instance not in `tried`, taking ties in turn.
+    fn pick(&self, tried: &[SocketAddr]) -> Option<Arc<Upstream>> {
+        let upstreams = self.upstreams.load();
+        let n = upstreams.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        (0..n)
+            .map(|i| &upstreams[(start + i) % n])
+            .filter(|u| !tried.contains(&u.backend.upstream()))
+            .min_by_key(|u| u.backend.in_flight())
+            .cloned()
+    }
+
+    /// A place in the wait queue, or `Overloaded` when it is full.
+    fn enter_queue(&self) -> Result<InFlight<'_>, InvokeError> {
+        let capacity = self.config.queue_capacity;
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| (q < capacity).then_some(q + 1))
+            .map_err(|_| InvokeError::Overloaded { capacity })?;
+        Ok(InFlight::entered(&self.queued))
+    }
+
+    fn gone(&self) -> InvokeError {
+        InvokeError::Unavailable(format!("revision {}/{} is no longer published: its Home was deleted", self.namespace, self.revision))
+    }
+
+    async fn forward(&self, mut req: Request, deadline: Instant) -> Result<Response, InvokeError> {
+        let size = req.body.len() as u64;
+        if size > self.config.max_request_body {
+            return Err(InvokeError::RequestTooLarge { size, max: self.config.max_request_body });
+        }
+        set_header(&mut req.headers, NAMESPACE_HEADER, &self.namespace);
+        set_header(&mut req.headers, REVISION_HEADER, &self.revision);
+        let prepared = prepare(req)?;
+        let mut tried: Vec<SocketAddr> = Vec::new();
+        let mut waiting = None;
+        let mut backoff = RETRY_MIN;
+        loop {
+            // Subscribe before looking, so a change between the look and the wait is not missed.
+            let mut changed = self.changed.subscribe();
+            if self.closed.load(Ordering::Acquire) {
+                return Err(self.gone());
+            }
+            if let Some(upstream) = self.pick(&tried) {
+                drop(waiting.take());
+                match upstream.backend.send(&prepared, deadline).await {
+                    Err(InvokeError::Unavailable(why)) => {
+                        self.connect_failures.inc();
+                        tracing::debug!(revision = %self.revision, instance = %upstream.name, %why, "instance refused; trying another");
+                        tried.push(upstream.backend.upstream());
+                        continue;
+                    }
+                    other => return other,
+                }
+            }
+            if waiting.is_none() {
+                waiting = Some(self.enter_queue()?);
+            }
+            // Instances that all refused are tried again after a backoff; an empty list waits for a change.
+            let retry = !tried.is_empty();
+            tokio::select! {
+                _ = changed.changed() => tried.clear(),
+                () = tokio::time::sleep(backoff), if retry => {
+                    tried.clear();
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                }
+                () = tokio::time::sleep_until(deadline) => return Err(InvokeError::QueueTimeout),
+            }
+        }
+    }
+}
+
+/// Replaces every `name` header (any case) of `headers` with one `value`.
+fn set_header(headers: &mut Vec<Header>, name: &str, value: &str) {
+    headers.retain(|h| !h.name.eq_ignore_ascii_case(name));
+    headers.push(Header { name: name.to_string(), value: value.as_bytes().to_vec() });
+}
+
+impl Backend for FiberdBackend {
+    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>> {
+        Box::pin(self.forward(req, deadline))
+    }
+
+    fn max_request_body(&self) -> u64 {
+        self.config.max_request_body
+    }
+
+    /// Requests in flight to the instances, requests waiting for one, and warm
+    /// fibers as the instances last reported them; `desired` is fiberd's
+    /// business and reads 0.
+    fn stats(&self) -> BackendStats {
+        let upstreams = self.upstreams.load();
+        BackendStats {
+            in_flight: upstreams.iter().map(|u| u.backend.in_flight()).sum(),
+            queued: self.queued.load(Ordering::Acquire),
+            fibers: upstreams.iter().map(|u| u.warm_fibers.load(Ordering::Acquire) as usize).sum(),
+            desired: 0,
+        }
+    }
+
+    /// No instance holds a warm fiber (or none is loaded).
+    fn is_cold(&self) -> bool {
+        self.upstreams.load().iter().all(|u| u.warm_fibers.load(Ordering::Acquire) == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(name: &str, port: u16) -> Instance {
+        Instance { name: name.into(), address: SocketAddr::from(([127, 0, 0, 1], port)), warm_fibers: 1 }
+    }
+
+    #[test]
+    fn unchanged_instances_keep_their_connections_and_a_new_protocol_replaces_them() {
+        let backend = FiberdBackend::new("ns", "rev", FiberdConfig::default(), &RouterMetrics::default());
+        backend.set_instances(&[instance("a", 1), instance("b", 2), instance("dup", 2)], false);
+        assert_eq!(backend.instances().len(), 2, "one upstream per address");
+        let before = backend.upstreams.load_full();
+        let version = *backend.changed.borrow();
+        backend.set_instances(&[instance("a", 1), instance("b", 2)], false);
+        assert!(Arc::ptr_eq(&before, &backend.upstreams.load_full()), "nothing changed, nothing replaced");
+        assert_eq!(*backend.changed.borrow(), version, "waiters are not woken for nothing");
+        backend.set_instances(&[instance("b", 2)], false);
+        assert!(Arc::ptr_eq(&before[1], &backend.upstreams.load()[0]), "b kept its pool");
+        backend.set_instances(&[instance("b", 2)], true);
+        assert!(backend.upstreams.load()[0].backend.is_h2c(), "h2c needs new connections");
+    }
+
+    #[test]
+    fn picks_spread_over_idle_instances_and_skip_tried_ones() {
+        let backend = FiberdBackend::new("ns", "rev", FiberdConfig::default(), &RouterMetrics::default());
+        backend.set_instances(&[instance("a", 1), instance("b", 2), instance("c", 3)], false);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..3 {
+            seen.insert(backend.pick(&[]).map(|u| u.name.clone()));
+        }
+        assert_eq!(seen.len(), 3, "ties are taken in turn: {seen:?}");
+        let tried = [SocketAddr::from(([127, 0, 0, 1], 1)), SocketAddr::from(([127, 0, 0, 1], 3))];
+        for _ in 0..3 {
+            assert_eq!(backend.pick(&tried).map(|u| u.name.clone()).as_deref(), Some("b"));
+        }
+        backend.close();
+        assert!(backend.pick(&[]).is_none());
+    }
+
+    #[test]
+    fn revision_headers_replace_whatever_the_client_sent() {
+        let mut headers = vec![
+            Header { name: "Knative-Serving-Revision".into(), value: b"other".to_vec() },
+            Header { name: "x".into(), value: b"1".to_vec() },
+        ];
+        set_header(&mut headers, REVISION_HEADER, "mine");
+        assert_eq!(headers.len(), 2);
+        assert_eq!(headers[1].value, b"mine");
+    }
+}
