@@ -25,12 +25,15 @@ use crate::artifact::reference::Repository;
 use crate::artifact::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
 use crate::artifact::{
     ArtifactError, ArtifactRef, MT_ARTIFACT, MT_EMPTY, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY,
-    MT_HYPERLIGHT_TRANSPORT, verify_layout,
+    MT_HYPERLIGHT_TRANSPORT, VerifiedArtifact, verify_layout,
 };
 use crate::cache::{Cache, CacheError};
+use crate::seal::{ARTIFACT_ANNOTATION, MAX_SEALED_BYTES, MT_SEALED_LAYER, MT_TEMPLATE, SealedTemplate};
 
 const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The OCI empty config blob.
+const EMPTY_JSON: &[u8] = b"{}";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 const PUSH_HINT: &str = "nothing more was pushed; check the digest, or rebuild the artifact with `ly snapshot build`";
@@ -170,6 +173,15 @@ pub enum RegistryError {
     Cache(#[from] CacheError),
 }
 
+/// A sealed template pulled into the cache, not yet opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PulledTemplate {
+    /// The sealed layer in the cache's blob store.
+    pub sealed: PathBuf,
+    /// The artifact index digest its manifest says it seals.
+    pub artifact: String,
+}
+
 /// A connection to OCI registries, reused for every push and pull.
 #[derive(Clone)]
 pub struct RegistryClient {
@@ -252,6 +264,16 @@ impl RegistryClient {
     /// Pulls artifact `digest` from `repo` into `cache` (fetching only what the
     /// cache lacks), builds its layout, verifies it, and returns the layout directory.
     pub async fn pull(&self, repo: &Repository, digest: &str, cache: &Cache) -> Result<PathBuf, RegistryError> {
+        Ok(self.pull_verified(repo, digest, cache).await?.layout)
+    }
+
+    /// [`RegistryClient::pull`], returning the verified artifact.
+    pub async fn pull_verified(
+        &self,
+        repo: &Repository,
+        digest: &str,
+        cache: &Cache,
+    ) -> Result<VerifiedArtifact, RegistryError> {
         self.check_scheme(repo)?;
         digest_hex(digest).map_err(input_error)?;
         let index_op = Op { repo, verb: "pulling", what: "artifact index", digest };
@@ -267,8 +289,81 @@ impl RegistryClient {
             self.fetch_blob(repo, blob, cache).await?;
         }
         let layout = cache.materialise(digest)?;
-        verify_layout(&layout, Some(digest)).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))?;
-        Ok(layout)
+        verify_layout(&layout, Some(digest)).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))
+    }
+
+    /// Pushes the sealed template `sealed` to `repo` as an OCI manifest
+    /// (`artifactType` [`MT_TEMPLATE`], one [`MT_SEALED_LAYER`] layer, annotated
+    /// with the artifact it seals), by digest and under `tag` if given.
+    /// Returns the reference pinned by the manifest's digest.
+    pub async fn push_template(
+        &self,
+        sealed: &SealedTemplate,
+        repo: &Repository,
+        tag: Option<&str>,
+    ) -> Result<ArtifactRef, RegistryError> {
+        self.check_scheme(repo)?;
+        if let Some(tag) = tag {
+            check_tag(tag)?;
+        }
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MT_MANIFEST,
+            "artifactType": MT_TEMPLATE,
+            "config": {"mediaType": MT_EMPTY, "digest": sha256_digest(EMPTY_JSON), "size": EMPTY_JSON.len()},
+            "layers": [{"mediaType": MT_SEALED_LAYER, "digest": sealed.digest, "size": sealed.size}],
+            "annotations": {ARTIFACT_ANNOTATION: sealed.artifact},
+        });
+        let bytes = serde_json::to_vec(&manifest).map_err(|e| {
+            let reason = format!("it does not serialise: {e}");
+            input_error(ArtifactError::Malformed { what: "sealed template manifest".into(), reason })
+        })?;
+        let digest = sha256_digest(&bytes);
+        self.upload(repo, "template config", &sha256_digest(EMPTY_JSON), EMPTY_JSON.to_vec()).await?;
+        let layer = tokio::fs::read(&sealed.path).await.map_err(|e| {
+            input_error(ArtifactError::io(&sealed.path, e))
+        })?;
+        if sha256_digest(&layer) != sealed.digest {
+            return Err(input_error(ArtifactError::DigestMismatch {
+                what: format!("sealed template {}", sealed.path.display()),
+                expected: sealed.digest.clone(),
+                actual: sha256_digest(&layer),
+            }));
+        }
+        self.upload(repo, "sealed template layer", &sealed.digest, layer).await?;
+        self.put_manifest(repo, &digest, &digest, bytes.clone(), MT_MANIFEST).await?;
+        if let Some(tag) = tag {
+            self.put_manifest(repo, &digest, tag, bytes, MT_MANIFEST).await?;
+        }
+        Ok(ArtifactRef::Registry { repository: repo.clone(), digest })
+    }
+
+    /// Pulls the sealed template `digest` from `repo` into `cache`: its manifest
+    /// is checked (type, one sealed layer within [`MAX_SEALED_BYTES`], the
+    /// artifact annotation) and its layer stored once its digest checks.
+    /// Opening it is [`crate::seal::open_artifact`]'s job.
+    pub async fn pull_template(&self, repo: &Repository, digest: &str, cache: &Cache) -> Result<PulledTemplate, RegistryError> {
+        self.check_scheme(repo)?;
+        digest_hex(digest).map_err(input_error)?;
+        let op = Op { repo, verb: "pulling", what: "sealed template manifest", digest };
+        let bytes = self.fetch_json(&op, None, MT_MANIFEST, cache).await?;
+        let manifest: ImageManifest = op.parse(&bytes)?;
+        op.expect("artifactType", MT_TEMPLATE, manifest.artifact_type().as_ref().map(|t| t.to_string()))?;
+        let [layer] = manifest.layers().as_slice() else {
+            return Err(op.not_artifact(format!("it lists {} layers, not 1", manifest.layers().len())));
+        };
+        op.expect("layer mediaType", MT_SEALED_LAYER, Some(layer.media_type().to_string()))?;
+        let artifact = manifest
+            .annotations()
+            .as_ref()
+            .and_then(|a| a.get(ARTIFACT_ANNOTATION))
+            .filter(|d| digest_hex(d).is_ok())
+            .ok_or_else(|| op.not_artifact(format!("annotation {ARTIFACT_ANNOTATION} is missing or not a digest")))?
+            .clone();
+        let blob = Blob { what: "sealed template layer", digest: layer.digest().to_string(), size: layer.size() };
+        Op { repo, verb: "pulling", what: blob.what, digest: &blob.digest }.check_declared(blob.size, MAX_SEALED_BYTES)?;
+        self.fetch_blob(repo, &blob, cache).await?;
+        Ok(PulledTemplate { sealed: cache.blob_path(&blob.digest)?, artifact })
     }
 
     fn check_scheme(&self, repo: &Repository) -> Result<(), RegistryError> {
@@ -291,16 +386,28 @@ impl RegistryClient {
     ) -> Result<(), RegistryError> {
         let digest: &str = blob.digest().as_ref();
         let what = blob_kind(blob.media_type().as_ref()).map_or("blob", |(what, _)| what);
-        let reference = reference(repo, digest);
-        let check = Op { repo, verb: "checking for", what, digest };
-        if self.client.blob_exists(&reference, digest).await.map_err(|e| check.fail(e))? {
+        if self.has_blob(repo, what, digest).await? {
             return Ok(());
         }
         let local = |e| verify_error(artifact, layout, e, PUSH_HINT);
         let path = layout::blob_path(layout, digest).map_err(local)?;
         let bytes = tokio::fs::read(&path).await.map_err(|e| local(ArtifactError::io(&path, e)))?;
+        self.upload(repo, what, digest, bytes).await
+    }
+
+    /// Whether `repo` already holds blob `digest`.
+    async fn has_blob(&self, repo: &Repository, what: &str, digest: &str) -> Result<bool, RegistryError> {
+        let check = Op { repo, verb: "checking for", what, digest };
+        self.client.blob_exists(&reference(repo, digest), digest).await.map_err(|e| check.fail(e))
+    }
+
+    /// Pushes `bytes` as blob `digest` unless `repo` already holds it.
+    async fn upload(&self, repo: &Repository, what: &str, digest: &str, bytes: Vec<u8>) -> Result<(), RegistryError> {
+        if self.has_blob(repo, what, digest).await? {
+            return Ok(());
+        }
         let op = Op { repo, verb: "pushing", what, digest };
-        self.client.push_blob(&reference, bytes, digest).await.map_err(|e| op.fail(e))?;
+        self.client.push_blob(&reference(repo, digest), bytes, digest).await.map_err(|e| op.fail(e))?;
         Ok(())
     }
 

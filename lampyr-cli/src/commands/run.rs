@@ -6,13 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use lampyr_abi::Env;
 use lampyr_api::keys::SNAPSHOT_ARTIFACT;
 use lampyr_api::{ManifestObject, Service, parse_manifests, revision_name};
 use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::policy::FiberPolicy;
-use lampyr_fiber::{FiberPool, PoolConfig, Template};
+use lampyr_fiber::runtime::{RevisionPoolError, revision_pool};
 use lampyr_router::{LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use prometheus_client::registry::Registry;
 
@@ -218,12 +217,10 @@ async fn load_revision(
     let policy = lampyr_fiber::translate::translate(&service.spec.template)
         .map_err(|e| CliError::Usage(format!("{}: {e}", source.manifest.display())))?;
     let artifact = artifact_for(source, service, &policy, ui)?;
-    check_memory(&policy, &artifact, &source.manifest)?;
-    let env = Env { vars: policy.env.clone() };
-    let template = Template::load(&artifact, &env)?;
-    let max_fibers = if policy.scaling.max_scale == 0 { scaler.max_fibers } else { policy.scaling.max_scale } as usize;
-    let config = PoolConfig { revision: revision.to_string(), max_fibers, queue_capacity: (10 * max_fibers).clamp(100, 10_000) };
-    let pool = FiberPool::new(template, config, metrics.clone());
+    let pool = revision_pool(&artifact, &policy, revision, scaler.max_fibers, metrics.clone()).map_err(|e| match e {
+        RevisionPoolError::Template(e) => CliError::Artifact(e),
+        e @ RevisionPoolError::MemoryBelowHeap { .. } => CliError::Usage(format!("{}: {e}", source.manifest.display())),
+    })?;
     let backend = LocalBackend::start(pool, policy.scaling.clone(), scaler.clone())
         .await
         .map_err(|e| CliError::Usage(format!("revision {revision}: {e}")))?;
@@ -271,17 +268,6 @@ fn build_dir(guest: &Path) -> Result<PathBuf, CliError> {
     let canonical = guest.canonicalize().unwrap_or_else(|_| guest.to_path_buf());
     let key = lampyr_fiber::artifact::layout::sha256_digest(canonical.display().to_string().as_bytes());
     Ok(root.join("run").join(&key["sha256:".len().."sha256:".len() + 16]))
-}
-
-fn check_memory(policy: &FiberPolicy, artifact: &VerifiedArtifact, manifest: &Path) -> Result<(), CliError> {
-    match policy.memory_bytes {
-        Some(memory) if memory < artifact.metadata.heap_size => Err(CliError::Usage(format!(
-            "{}: memory {memory} B is below the artifact's fiber heap of {} B (raise the limit, or rebuild with `ly snapshot build --heap-size`)",
-            manifest.display(),
-            artifact.metadata.heap_size
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// Polls the sources' files and swaps in a rebuilt table when one changes.

@@ -86,8 +86,7 @@ pub fn resolve(reference: &str, ui: &mut Ui) -> Result<VerifiedArtifact, CliErro
             let cache = Cache::new(Cache::default_location()?);
             ui.step(format!("pulling {repository}@{digest} into {}", cache.root().display()));
             let client = RegistryClient::for_repository(&repository)?;
-            let layout = block_on(client.pull(&repository, &digest, &cache))??;
-            Ok(verify_layout(&layout, Some(&digest))?)
+            Ok(block_on(client.pull_verified(&repository, &digest, &cache))??)
         }
     }
 }

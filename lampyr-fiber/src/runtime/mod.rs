@@ -3,10 +3,12 @@
 pub mod fiber;
 pub mod host;
 pub mod pool;
+pub mod revision;
 pub mod template;
 pub mod watchdog;
 
 pub use pool::{CallTimings, FiberPool, PoolConfig, PoolStats};
+pub use revision::{RevisionPoolError, revision_pool};
 pub use template::Template;
 
 /// Why a request did not get a guest's answer; each maps to one HTTP status.

@@ -1,0 +1,62 @@
+//! A Revision's pool from its verified artifact and fiber policy: the one
+//! place `ly run` and fiberd turn an artifact into fibers.
+
+use lampyr_abi::Env;
+
+use super::pool::{FiberPool, PoolConfig};
+use super::template::Template;
+use crate::artifact::{ArtifactError, VerifiedArtifact};
+use crate::metrics::RuntimeMetrics;
+use crate::policy::FiberPolicy;
+
+/// Fewest requests a Revision's queue holds.
+const MIN_QUEUE: usize = 100;
+/// Most requests a Revision's queue holds.
+const MAX_QUEUE: usize = 10_000;
+/// Queued requests per fiber the pool may hold.
+const QUEUE_PER_FIBER: usize = 10;
+
+/// Why a Revision's pool could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RevisionPoolError {
+    /// The policy's memory is below the heap the artifact was built with.
+    #[error(
+        "memory {memory} B is below the artifact's fiber heap of {heap} B \
+         (raise the limit, or rebuild with `ly snapshot build --heap-size`)"
+    )]
+    MemoryBelowHeap {
+        /// The policy's memory request or limit, in bytes.
+        memory: u64,
+        /// The artifact's fiber heap, in bytes.
+        heap: u64,
+    },
+    /// The template could not be loaded (snapshot, reboot, or environment).
+    #[error(transparent)]
+    Template(#[from] ArtifactError),
+}
+
+/// The fiber pool of Revision `revision`: `artifact`'s template with the
+/// policy's environment applied, at most `max-scale` fibers (`unbounded_max`
+/// when `max-scale` is 0), and a queue of 10 per fiber, between 100 and 10,000.
+///
+/// Blocks while the template loads (and, for an artifact from another
+/// platform or with an environment, while guest code runs): call it off the
+/// serving path. The pool starts with no fibers.
+pub fn revision_pool(
+    artifact: &VerifiedArtifact,
+    policy: &FiberPolicy,
+    revision: &str,
+    unbounded_max: u32,
+    metrics: RuntimeMetrics,
+) -> Result<FiberPool, RevisionPoolError> {
+    let heap = artifact.metadata.heap_size;
+    if let Some(memory) = policy.memory_bytes.filter(|m| *m < heap) {
+        return Err(RevisionPoolError::MemoryBelowHeap { memory, heap });
+    }
+    let template = Template::load(artifact, &Env { vars: policy.env.clone() })?;
+    let max = if policy.scaling.max_scale == 0 { unbounded_max } else { policy.scaling.max_scale };
+    let max_fibers = usize::try_from(max).unwrap_or(usize::MAX).max(1);
+    let queue_capacity = max_fibers.saturating_mul(QUEUE_PER_FIBER).clamp(MIN_QUEUE, MAX_QUEUE);
+    let config = PoolConfig { revision: revision.to_string(), max_fibers, queue_capacity };
+    Ok(FiberPool::new(template, config, metrics))
+}
