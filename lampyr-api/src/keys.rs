@@ -116,6 +116,13 @@ pub const CERTIFICATE_UID_LABEL: &str = "networking.internal.knative.dev/certifi
 /// Annotation on a KIngress: the state of a gradual rollout (JSON).
 pub const ROLLOUT_ANNOTATION: &str = "networking.internal.knative.dev/rollout";
 
+/// Namespace of the Secret holding the cluster's fleet key, whose private half opens sealed templates.
+pub const FLEET_KEY_SECRET_NAMESPACE: &str = "default";
+/// Name of the Secret holding the cluster's fleet key (written by `ly deploy`, read by fiberd).
+pub const FLEET_KEY_SECRET_NAME: &str = "lampyr-fiberd-seal-key";
+/// Data key of the fleet key Secret: the fleet's private key, `AGE-SECRET-KEY-1…`.
+pub const FLEET_KEY_SECRET_KEY: &str = "key";
+
 /// Prefix of every autoscaling annotation key.
 pub const AUTOSCALING_PREFIX: &str = "autoscaling.knative.dev/";
 /// Autoscaler class annotation.
