@@ -3,4 +3,6 @@
 //! controller (`fiberd-k8s-controller`). See `docs/cluster.md`.
 
 pub mod admin;
+pub mod grant;
 pub mod leader;
+pub mod runner;

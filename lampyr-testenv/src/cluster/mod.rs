@@ -22,7 +22,7 @@ pub mod pki;
 mod pod_runner;
 mod process;
 pub use pod_runner::PodRunner;
-pub use process::Process;
+pub use process::{Process, log_tail};
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -142,6 +142,26 @@ impl Cluster {
             .filter(|d| d.object.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition"))
             .collect();
         install::wait_established(&client, &crds, Duration::from_secs(30)).await
+    }
+
+    /// A kubeconfig acting as service account `namespace/name` (a day-long token
+    /// from the TokenRequest API), to run a component under its manifest's RBAC.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf, String> {
+        let token = service_account_token(&self.client().await, namespace, name).await?;
+        let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
+        write_kubeconfig(&path, &self.server_url()?, &self.dir.join("pki/ca.crt"), &format!("    token: {token}\n"))?;
+        Ok(path)
+    }
+
+    /// The API server's URL, from the admin kubeconfig.
+    fn server_url(&self) -> Result<String, String> {
+        let admin = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| e.to_string())?;
+        admin
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+            .ok_or_else(|| "the admin kubeconfig names no server".to_string())
     }
 
     /// Process ids of the running components, oldest first.
@@ -282,7 +302,7 @@ async fn boot() -> Result<Cluster, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     let admin = start_control_plane(&cluster, &binaries, deadline).await?;
     let webhook_port = install_knative(&cluster, &admin, &modules).await?;
-    start_knative(&cluster, &admin, &binaries, webhook_port).await?;
+    start_knative(&cluster, &binaries, webhook_port).await?;
     wait_for_webhook(&cluster, &admin, deadline).await?;
     wait_for_controller(&cluster, &admin, deadline).await?;
     cluster.start_time = began.elapsed();
@@ -340,6 +360,8 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
         .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
         .arg(format!("--service-account-signing-key-file={}", pki.sa_key.display()))
         .arg(format!("--cert-dir={}", dir.join("apiserver-certs").display()))
+        // As kubeadm and kind configure it: grant Pods may need a privileged container for /dev/kvm.
+        .arg("--allow-privileged=true")
         .arg("--profiling=false");
     cluster.spawn("kube-apiserver", apiserver)?;
 
@@ -384,18 +406,8 @@ async fn install_knative(cluster: &Cluster, admin: &Client, modules: &KnativeMod
 }
 
 /// Starts the webhook and the controller as the `controller` service account.
-async fn start_knative(cluster: &Cluster, admin: &Client, bins: &Binaries, webhook_port: u16) -> Result<(), String> {
-    let kubeconfig = cluster.dir.join("controller.kubeconfig");
-    let token = service_account_token(admin, SYSTEM_NAMESPACE, "controller").await?;
-    let admin_config = Kubeconfig::read_from(&cluster.kubeconfig).map_err(|e| e.to_string())?;
-    let url = admin_config
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.server.clone())
-        .ok_or("the admin kubeconfig names no server")?;
-    write_kubeconfig(&kubeconfig, &url, &cluster.dir.join("pki/ca.crt"), &format!("    token: {token}\n"))?;
-
+async fn start_knative(cluster: &Cluster, bins: &Binaries, webhook_port: u16) -> Result<(), String> {
+    let kubeconfig = cluster.service_account_kubeconfig(SYSTEM_NAMESPACE, "controller").await?;
     let knative = |binary: &str, pod: &str| -> Result<Command, String> {
         let mut command = Command::new(bins.path(binary));
         command

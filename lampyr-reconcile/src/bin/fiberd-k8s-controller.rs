@@ -1,0 +1,47 @@
+//! `fiberd-k8s-controller`: the grant controller. Turns CapacityGrants into
+//! grant Pods running fiberd; see `lampyr_reconcile::grant`.
+
+use clap::Parser;
+use lampyr_reconcile::grant::{KvmAccess, PodSettings, run_grant_controller};
+use lampyr_reconcile::runner::{CommonArgs, init_tracing, run_controller, shutdown_signal};
+use prometheus_client::registry::Registry;
+
+/// Flags of the grant controller.
+#[derive(Parser, Debug)]
+#[command(name = "fiberd-k8s-controller", version, about = "Runs CapacityGrants as grant Pods running fiberd")]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Service account grant Pods run as.
+    #[arg(long, default_value = "lampyr-fiberd")]
+    service_account: String,
+    /// Port fiberd listens on in grant Pods.
+    #[arg(long, default_value_t = 8012)]
+    fiberd_port: u16,
+    /// Get /dev/kvm from this device plugin resource (e.g. devices.kubevirt.io/kvm)
+    /// instead of a hostPath mount into a privileged container.
+    #[arg(long)]
+    kvm_device_plugin: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    init_tracing();
+    let args = Args::parse();
+    let settings = PodSettings {
+        service_account: args.service_account,
+        fiberd_port: args.fiberd_port,
+        kvm: args.kvm_device_plugin.map_or(KvmAccess::HostPath, KvmAccess::DevicePlugin),
+        ..PodSettings::default()
+    };
+    let run = run_controller("fiberd-k8s-controller", &args.common, Registry::default(), |client, _health| {
+        run_grant_controller(client, settings, shutdown_signal())
+    });
+    match run.await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "fiberd-k8s-controller stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The grant controller's reconcile loop: CapacityGrants in, grant Pods,
+//! fleet-key copies and grant status out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use lampyr_api::{CapacityGrant, GrantPolicy};
+use serde_json::json;
+
+use super::images::{ImageRefused, check_images};
+use super::pods::{GRANT_LABEL, PodSettings, desired_pods, pod_spec_hash};
+use super::status::grant_status;
+
+/// The field manager of everything the grant controller writes.
+pub const FIELD_MANAGER: &str = "fiberd-k8s-controller";
+/// The namespace the fleet key Secret lives in (copied next to grant Pods elsewhere).
+pub const FLEET_KEY_NAMESPACE: &str = "default";
+
+/// Why a grant could not be reconciled (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// The grant has no namespace or name.
+    #[error("CapacityGrant without a namespace or name")]
+    Unnamed,
+    /// An API call failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> GrantError {
+    let what = what.into();
+    move |source| GrantError::Api { what, source }
+}
+
+/// What every reconcile shares.
+pub struct GrantContext {
+    client: Client,
+    settings: PodSettings,
+    policies: Store<GrantPolicy>,
+}
+
+/// Runs the grant controller until `shutdown` resolves.
+pub async fn run_grant_controller(
+    client: Client,
+    settings: PodSettings,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (policies, writer) = reflector::store();
+    let policy_changes = reflector::reflector(writer, watcher(Api::<GrantPolicy>::all(client.clone()), watcher::Config::default()))
+        .touched_objects()
+        .filter_map(|event| async move { event.ok().map(|_| ()) });
+    let context = Arc::new(GrantContext { client: client.clone(), settings, policies });
+    Controller::new(Api::<CapacityGrant>::all(client.clone()), watcher::Config::default())
+        .owns(Api::<Pod>::all(client), watcher::Config::default().labels(GRANT_LABEL))
+        .reconcile_all_on(policy_changes)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::warn!(%error, "grant reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(grant: Arc<CapacityGrant>, error: &GrantError, _: Arc<GrantContext>) -> Action {
+    tracing::warn!(grant = %grant.name_any(), %error, "will retry");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Brings one grant's Pods and status in line with its spec and the GrantPolicies.
+pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) -> Result<Action, GrantError> {
+    let (Some(namespace), Some(name)) = (grant.namespace(), grant.metadata.name.clone()) else {
+        return Err(GrantError::Unnamed);
+    };
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let existing = pods
+        .list(&ListParams::default().labels(&format!("{GRANT_LABEL}={name}")))
+        .await
+        .map_err(api_error(format!("listing the Pods of grant {namespace}/{name}")))?
+        .items;
+    let policies: Vec<GrantPolicy> = context.policies.state().iter().map(|p| (**p).clone()).collect();
+    let refused = check_images(&grant.spec, &policies).err();
+    let desired = if refused.is_some() { Vec::new() } else { desired_pods(&grant, &context.settings) };
+
+    // Pods no longer wanted, or built from an older spec, go; missing ones are created.
+    for pod in &existing {
+        let wanted = desired.iter().find(|d| d.metadata.name == pod.metadata.name);
+        if wanted.is_none_or(|d| pod_spec_hash(d) != pod_spec_hash(pod)) && pod.metadata.deletion_timestamp.is_none() {
+            delete_pod(&pods, &pod.name_any()).await?;
+        }
+    }
+    if !desired.is_empty() {
+        ensure_fiberd_identity(&context.client, &namespace, &context.settings).await?;
+        copy_fleet_key(&context.client, &namespace).await?;
+    }
+    for pod in &desired {
+        if !existing.iter().any(|e| e.metadata.name == pod.metadata.name) {
+            create_pod(&pods, pod).await?;
+        }
+    }
+
+    let current: Vec<Pod> = existing
+        .into_iter()
+        .filter(|p| desired.iter().any(|d| d.metadata.name == p.metadata.name && pod_spec_hash(d) == pod_spec_hash(p)))
+        .collect();
+    write_status(&context.client, &grant, &current, refused.as_ref()).await?;
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+async fn create_pod(pods: &Api<Pod>, pod: &Pod) -> Result<(), GrantError> {
+    let name = pod.name_any();
+    match pods.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, pod).await {
+        Ok(_) => {
+            tracing::info!(pod = %name, "created grant Pod");
+            Ok(())
+        }
+        // Another reconcile (or a restart) created it first: nothing to do.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(api_error(format!("creating grant Pod {name}"))(e)),
+    }
+}
+
+async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), GrantError> {
+    match pods.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {
+            tracing::info!(pod = %name, "deleted grant Pod");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(api_error(format!("deleting grant Pod {name}"))(e)),
+    }
+}
+
+/// The ClusterRole fiberd runs under, bound in each namespace that has grant Pods
+/// (defined by the grant controller's manifest).
+pub const FIBERD_CLUSTER_ROLE: &str = "lampyr-fiberd";
+
+/// Makes sure grant Pods' service account exists in `namespace` and is bound to
+/// [`FIBERD_CLUSTER_ROLE`] there (fiberd reads Homes and writes their status).
+async fn ensure_fiberd_identity(client: &Client, namespace: &str, settings: &PodSettings) -> Result<(), GrantError> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let name = &settings.service_account;
+    let labels = json!({ "app.kubernetes.io/managed-by": FIELD_MANAGER });
+    let account = json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": { "name": name, "namespace": namespace, "labels": labels },
+    });
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace)
+        .patch(name, &apply, &Patch::Apply(&account))
+        .await
+        .map_err(api_error(format!("creating service account {namespace}/{name}")))?;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": name, "namespace": namespace, "labels": labels },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FIBERD_CLUSTER_ROLE },
+        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": namespace }],
+    });
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), namespace)
+        .patch(name, &apply, &Patch::Apply(&binding))
+        .await
+        .map_err(api_error(format!("binding {FIBERD_CLUSTER_ROLE} to {namespace}/{name}")))?;
+    Ok(())
+}
+
+/// Copies the fleet key Secret into `namespace` so its grant Pods can mount it.
+async fn copy_fleet_key(client: &Client, namespace: &str) -> Result<(), GrantError> {
+    if namespace == FLEET_KEY_NAMESPACE {
+        return Ok(());
+    }
+    let name = PodSettings::default().fleet_key_secret;
+    let source: Api<Secret> = Api::namespaced(client.clone(), FLEET_KEY_NAMESPACE);
+    let Some(key) = source.get_opt(&name).await.map_err(api_error(format!("reading Secret default/{name}")))? else {
+        // No key yet (no sealed template deployed): the Pods mount it optionally.
+        return Ok(());
+    };
+    let copy = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": { "name": name, "namespace": namespace,
+                      "labels": { "app.kubernetes.io/managed-by": FIELD_MANAGER } },
+        "type": "Opaque",
+        "data": key.data,
+    });
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&copy))
+        .await
+        .map_err(api_error(format!("copying the fleet key into {namespace}")))?;
+    Ok(())
+}
+
+async fn write_status(
+    client: &Client,
+    grant: &CapacityGrant,
+    pods: &[Pod],
+    refused: Option<&ImageRefused>,
+) -> Result<(), GrantError> {
+    let status = grant_status(grant, pods, refused);
+    if grant.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = grant.name_any();
+    let grants: Api<CapacityGrant> = Api::namespaced(client.clone(), &grant.namespace().unwrap_or_default());
+    grants
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({ "status": status })))
+        .await
+        .map_err(api_error(format!("writing the status of grant {name}")))?;
+    Ok(())
+}

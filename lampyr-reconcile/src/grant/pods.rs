@@ -1,0 +1,231 @@
+//! The grant Pods a CapacityGrant asks for: `<grant>-<i>` for each instance,
+//! running fiberd from the grant image beside the helper image, with `/dev/kvm`
+//! and the fleet key.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+use lampyr_api::CapacityGrant;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// Label on grant Pods: the grant they realise.
+pub const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
+/// Label on grant Pods: their instance index.
+pub const INSTANCE_LABEL: &str = "fiber.lampyr.dev/instance";
+/// Annotation on grant Pods: a hash of the spec they were created from.
+pub const SPEC_HASH_ANNOTATION: &str = "fiber.lampyr.dev/spec-hash";
+/// Where fiberd finds the fleet key in a grant Pod.
+pub const FLEET_KEY_MOUNT: &str = "/var/run/lampyr/fleet-key";
+
+/// How grant Pods get `/dev/kvm`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvmAccess {
+    /// Mount the node's `/dev/kvm` (a hostPath char device) into a privileged container.
+    HostPath,
+    /// Request one unit of a device plugin's resource (e.g. `devices.kubevirt.io/kvm`).
+    DevicePlugin(String),
+}
+
+/// What every grant Pod shares, from the grant controller's flags.
+#[derive(Clone, Debug)]
+pub struct PodSettings {
+    /// Service account the Pods run as.
+    pub service_account: String,
+    /// Port fiberd serves forwarded requests on.
+    pub fiberd_port: u16,
+    /// Node selector used when the grant's placement names none.
+    pub default_node_selector: BTreeMap<String, String>,
+    /// How the Pods get `/dev/kvm`.
+    pub kvm: KvmAccess,
+    /// The Secret, in the grant's namespace, holding the fleet key (mounted optionally).
+    pub fleet_key_secret: String,
+}
+
+impl Default for PodSettings {
+    fn default() -> Self {
+        PodSettings {
+            service_account: "lampyr-fiberd".into(),
+            fiberd_port: 8012,
+            default_node_selector: BTreeMap::from([("lampyr.dev/kvm".into(), "true".into())]),
+            kvm: KvmAccess::HostPath,
+            fleet_key_secret: "lampyr-fiberd-seal-key".into(),
+        }
+    }
+}
+
+/// The Pods `grant` asks for, in instance order, each with its spec hash annotated.
+pub fn desired_pods(grant: &CapacityGrant, settings: &PodSettings) -> Vec<Pod> {
+    (0..grant.spec.instances.max(0)).map(|i| grant_pod(grant, i, settings)).collect()
+}
+
+/// The name of instance `index` of grant `grant`.
+pub fn pod_name(grant: &str, index: i32) -> String {
+    format!("{grant}-{index}")
+}
+
+fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
+    let name = grant.metadata.name.clone().unwrap_or_default();
+    let namespace = grant.metadata.namespace.clone().unwrap_or_default();
+    let placement = grant.spec.placement.clone().unwrap_or_default();
+    let node_selector =
+        if placement.node_selector.is_empty() { settings.default_node_selector.clone() } else { placement.node_selector };
+    let port = settings.fiberd_port;
+    let per_instance_memory = grant.spec.memory_bytes / i64::from(grant.spec.instances.max(1));
+    let (kvm_volumes, kvm_mounts, kvm_limits, privileged) = match &settings.kvm {
+        KvmAccess::HostPath => (
+            json!([{ "name": "kvm", "hostPath": { "path": "/dev/kvm", "type": "CharDevice" } }]),
+            json!([{ "name": "kvm", "mountPath": "/dev/kvm" }]),
+            json!({}),
+            true,
+        ),
+        KvmAccess::DevicePlugin(resource) => (json!([]), json!([]), json!({ resource.as_str(): "1" }), false),
+    };
+    let mut limits = kvm_limits;
+    limits["memory"] = json!(per_instance_memory.to_string());
+    let mut volumes = kvm_volumes;
+    if let Some(volumes) = volumes.as_array_mut() {
+        volumes.push(json!({ "name": "fleet-key", "secret": { "secretName": settings.fleet_key_secret, "optional": true } }));
+    }
+    let mut mounts = kvm_mounts;
+    if let Some(mounts) = mounts.as_array_mut() {
+        mounts.push(json!({ "name": "fleet-key", "mountPath": FLEET_KEY_MOUNT, "readOnly": true }));
+    }
+    let labels = json!({
+        GRANT_LABEL: name, INSTANCE_LABEL: index.to_string(),
+        "app.kubernetes.io/name": "fiberd", "app.kubernetes.io/part-of": "lampyr",
+    });
+    let spec = json!({
+        "serviceAccountName": settings.service_account,
+        "nodeSelector": node_selector,
+        "tolerations": placement.tolerations,
+        "affinity": { "podAntiAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": { "topologyKey": "kubernetes.io/hostname",
+                                 "labelSelector": { "matchLabels": { GRANT_LABEL: name } } },
+        }] } },
+        "containers": [
+            {
+                "name": "fiberd",
+                "image": grant.spec.grant_image,
+                "args": [
+                    "--name=$(POD_NAME)", format!("--grant={name}"), format!("--namespace={namespace}"),
+                    format!("--listen=0.0.0.0:{port}"), format!("--advertise=$(POD_IP):{port}"),
+                    format!("--fleet-key-file={FLEET_KEY_MOUNT}/key"),
+                ],
+                "env": [
+                    { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                    { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                ],
+                "ports": [{ "name": "fiberd", "containerPort": port }],
+                "readinessProbe": { "httpGet": { "path": "/healthz", "port": port } },
+                "resources": { "limits": limits },
+                "securityContext": { "privileged": privileged },
+                "volumeMounts": mounts,
+            },
+            { "name": "helper", "image": grant.spec.helper_image, "args": [format!("--grant={name}")] },
+        ],
+        "volumes": volumes,
+    });
+    let hash = spec_hash(&spec);
+    let owner = grant.controller_owner_ref(&()).map(|o| vec![o]).unwrap_or_default();
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": pod_name(&name, index), "namespace": namespace, "labels": labels,
+            "annotations": { SPEC_HASH_ANNOTATION: hash }, "ownerReferences": owner,
+        },
+        "spec": spec,
+    }))
+    .expect("a grant Pod built from typed parts is a valid Pod")
+}
+
+/// A short, stable hash of a Pod spec, to tell when a Pod must be replaced.
+fn spec_hash(spec: &serde_json::Value) -> String {
+    let digest = Sha256::digest(spec.to_string().as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// The spec hash a Pod was created with.
+pub fn pod_spec_hash(pod: &Pod) -> Option<&str> {
+    pod.metadata.annotations.as_ref()?.get(SPEC_HASH_ANNOTATION).map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use lampyr_api::{CapacityGrantSpec, fiber::Placement};
+
+    use super::*;
+
+    const IMAGE: &str = "ghcr.io/team/fiberd@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const HELPER: &str = "ghcr.io/team/helper@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn grant(instances: i32, placement: Option<Placement>) -> CapacityGrant {
+        let mut grant = CapacityGrant::new(
+            "hello-00001",
+            CapacityGrantSpec {
+                fiber_slots: 16,
+                memory_bytes: 1 << 30,
+                instances,
+                placement,
+                grant_image: IMAGE.into(),
+                helper_image: HELPER.into(),
+            },
+        );
+        grant.metadata.namespace = Some("apps".into());
+        grant.metadata.uid = Some("uid-1".into());
+        grant
+    }
+
+    #[test]
+    fn one_pod_per_instance_owned_by_the_grant_running_both_images() {
+        let pods = desired_pods(&grant(2, None), &PodSettings::default());
+        let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap_or_default()).collect();
+        assert_eq!(names, ["hello-00001-0", "hello-00001-1"]);
+        let pod = &pods[1];
+        let owner = &pod.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("CapacityGrant", "uid-1", Some(true)));
+        let labels = pod.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels[GRANT_LABEL], "hello-00001");
+        assert_eq!(labels[INSTANCE_LABEL], "1");
+        let spec = pod.spec.as_ref().expect("spec");
+        let images: Vec<_> = spec.containers.iter().map(|c| c.image.clone().unwrap_or_default()).collect();
+        assert_eq!(images, [IMAGE, HELPER]);
+        let args = spec.containers[0].args.clone().unwrap_or_default();
+        assert!(args.contains(&"--grant=hello-00001".to_string()) && args.contains(&"--namespace=apps".to_string()));
+        let memory = &spec.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits")["memory"];
+        assert_eq!(memory.0, (1i64 << 29).to_string(), "memory is spread over the instances");
+        assert_eq!(spec.node_selector.as_ref().expect("selector")["lampyr.dev/kvm"], "true");
+    }
+
+    #[test]
+    fn kvm_comes_from_the_host_or_a_device_plugin() {
+        let host = &desired_pods(&grant(1, None), &PodSettings::default())[0];
+        let host_spec = host.spec.as_ref().expect("spec");
+        let kvm = host_spec.volumes.as_ref().expect("volumes").iter().find(|v| v.name == "kvm").expect("kvm volume");
+        assert_eq!(kvm.host_path.as_ref().map(|h| h.path.as_str()), Some("/dev/kvm"));
+
+        let settings = PodSettings { kvm: KvmAccess::DevicePlugin("devices.kubevirt.io/kvm".into()), ..Default::default() };
+        let plugin = &desired_pods(&grant(1, None), &settings)[0];
+        let spec = plugin.spec.as_ref().expect("spec");
+        assert!(spec.volumes.as_ref().expect("volumes").iter().all(|v| v.name != "kvm"));
+        let limits = spec.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits");
+        assert_eq!(limits["devices.kubevirt.io/kvm"].0, "1");
+    }
+
+    #[test]
+    fn placement_overrides_the_default_selector_and_changes_the_hash() {
+        let placed = Placement {
+            node_selector: BTreeMap::from([("pool".into(), "fibers".into())]),
+            tolerations: vec![serde_json::from_value(json!({ "key": "fibers", "operator": "Exists" })).expect("toleration")],
+        };
+        let default = &desired_pods(&grant(1, None), &PodSettings::default())[0];
+        let pod = &desired_pods(&grant(1, Some(placed)), &PodSettings::default())[0];
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_selector.as_ref().expect("selector"), &BTreeMap::from([("pool".into(), "fibers".into())]));
+        assert_eq!(spec.tolerations.as_ref().expect("tolerations").len(), 1);
+        assert_ne!(pod_spec_hash(pod), pod_spec_hash(default));
+        assert_eq!(pod_spec_hash(default), pod_spec_hash(&desired_pods(&grant(1, None), &PodSettings::default())[0]));
+    }
+}

@@ -1,0 +1,112 @@
+//! A CapacityGrant's status from its Pods: ready instances and `InstancesReady`.
+
+use k8s_openapi::api::core::v1::Pod;
+use lampyr_api::conditions::KnativeStatus;
+use lampyr_api::fiber::capacity_grant::INSTANCES_READY;
+use lampyr_api::{CapacityGrant, CapacityGrantStatus};
+
+use super::images::ImageRefused;
+
+/// Reason: a grant image is outside every GrantPolicy.
+pub const REASON_IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
+/// Reason: fewer grant Pods are ready than the grant asks for.
+pub const REASON_INSTANCES_NOT_READY: &str = "InstancesNotReady";
+
+/// Whether a Pod reports the `Ready` condition.
+pub fn pod_is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The status `grant` should have, given its current Pods (only those the
+/// controller wants) and whether its images were refused. Conditions keep
+/// their `lastTransitionTime` unless they change.
+pub fn grant_status(grant: &CapacityGrant, pods: &[Pod], refused: Option<&ImageRefused>) -> CapacityGrantStatus {
+    let mut status = grant.status.clone().unwrap_or_default();
+    status.observed_generation = grant.metadata.generation.unwrap_or(0);
+    let wanted = grant.spec.instances.max(0);
+    let ready = pods.iter().filter(|p| pod_is_ready(p)).count();
+    status.ready_instances = i32::try_from(ready).unwrap_or(i32::MAX).min(wanted);
+    let ready_instances = status.ready_instances;
+    let mut conditions = status.manage();
+    match refused {
+        Some(refused) => conditions.mark_false(INSTANCES_READY, REASON_IMAGE_NOT_ALLOWED, &refused.to_string()),
+        None if ready_instances >= wanted => conditions.mark_true(INSTANCES_READY),
+        None => conditions.mark_unknown(
+            INSTANCES_READY,
+            REASON_INSTANCES_NOT_READY,
+            &format!("{ready_instances} of {wanted} grant Pods are ready"),
+        ),
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use lampyr_api::CapacityGrantSpec;
+    use lampyr_api::conditions::{CONDITION_READY, ConditionStatus};
+    use serde_json::json;
+
+    use super::*;
+
+    fn grant(instances: i32) -> CapacityGrant {
+        let mut grant = CapacityGrant::new(
+            "g",
+            CapacityGrantSpec {
+                fiber_slots: 1,
+                memory_bytes: 1,
+                instances,
+                placement: None,
+                grant_image: String::new(),
+                helper_image: String::new(),
+            },
+        );
+        grant.metadata.generation = Some(3);
+        grant
+    }
+
+    fn pod(ready: bool) -> Pod {
+        let status = if ready { "True" } else { "False" };
+        serde_json::from_value(json!({ "status": { "conditions": [{ "type": "Ready", "status": status }] } }))
+            .expect("pod")
+    }
+
+    fn ready_condition(status: &CapacityGrantStatus) -> (ConditionStatus, String) {
+        let ready = status.get_condition(CONDITION_READY).expect("Ready");
+        (ready.status, ready.reason.clone())
+    }
+
+    #[test]
+    fn ready_when_every_instance_is_ready() {
+        let status = grant_status(&grant(2), &[pod(true), pod(true)], None);
+        assert_eq!((status.ready_instances, status.observed_generation), (2, 3));
+        assert!(status.is_ready(Some(3)));
+
+        let status = grant_status(&grant(2), &[pod(true), pod(false)], None);
+        assert_eq!(status.ready_instances, 1);
+        assert_eq!(ready_condition(&status), (ConditionStatus::Unknown, REASON_INSTANCES_NOT_READY.into()));
+    }
+
+    #[test]
+    fn a_refused_image_fails_the_grant_with_the_reason() {
+        let refused = ImageRefused {
+            field: "spec.grantImage",
+            image: "x".into(),
+            repository: "x".into(),
+            allowed: "no GrantPolicy exists".into(),
+        };
+        let status = grant_status(&grant(1), &[], Some(&refused));
+        assert_eq!(ready_condition(&status), (ConditionStatus::False, REASON_IMAGE_NOT_ALLOWED.into()));
+        let message = &status.get_condition(INSTANCES_READY).expect("InstancesReady").message;
+        assert!(message.contains("spec.grantImage x"), "{message}");
+    }
+
+    #[test]
+    fn an_unchanged_condition_keeps_its_transition_time() {
+        let mut g = grant(1);
+        let first = grant_status(&g, &[pod(true)], None);
+        g.status = Some(first.clone());
+        let again = grant_status(&g, &[pod(true)], None);
+        assert_eq!(first.conditions, again.conditions);
+    }
+}
