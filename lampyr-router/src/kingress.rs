@@ -49,8 +49,11 @@ pub struct NotConfigured {
 }
 
 /// The routes of `ingress`: `(host, route)` pairs, every host of a rule
-/// sharing its route. A spec that cannot be routed (an invalid header name or
-/// value) yields no route at all, never half of them.
+/// sharing its route, each host once. A host named by several rules takes the
+/// first rule's paths, and is public if any of those rules is `ExternalIP`
+/// (upstream names `<route>.<ns>.svc.cluster.local` in both rules when that is
+/// the Route's domain). A spec that cannot be routed (an invalid header name
+/// or value) yields no route at all, never half of them.
 pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotConfigured> {
     let name = format!(
         "{}/{}",
@@ -114,7 +117,16 @@ pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotCon
             redirect_to_https: ingress.spec.http_option == Some(HttpOption::Redirected) && visibility == IngressVisibility::ExternalIp,
             paths,
         });
-        out.extend(rule.hosts.iter().map(|h| (h.to_ascii_lowercase(), Arc::clone(&route))));
+        for host in &rule.hosts {
+            let host = host.to_ascii_lowercase();
+            match out.iter_mut().find(|(h, _)| *h == host) {
+                None => out.push((host, Arc::clone(&route))),
+                Some((_, first)) if first.visibility == IngressVisibility::ClusterLocal && visibility == IngressVisibility::ExternalIp => {
+                    *first = Arc::new(HostRoute { visibility, redirect_to_https: route.redirect_to_https, ..HostRoute::clone(first) });
+                }
+                Some(_) => {}
+            }
+        }
     }
     Ok(out)
 }
@@ -214,6 +226,20 @@ mod tests {
         assert_eq!(tag.visibility, IngressVisibility::ExternalIp, "visibility defaults to ExternalIP");
         assert_eq!(tag.paths.len(), 1, "a path without splits is left out");
         assert_eq!((tag.paths[0].prefix.as_str(), tag.paths[0].append_headers.len()), ("/v1", 1));
+    }
+
+    #[test]
+    fn a_host_in_a_local_and_a_public_rule_is_public_with_the_first_rules_paths() {
+        let mut ingress = upstream_like();
+        ingress.spec.rules[1].hosts.push("hello.ns.svc.cluster.local".into());
+        ingress.spec.rules[1].http.as_mut().expect("http").paths[0].path = "/public".into();
+        let routes = routes(&ingress).expect("routable");
+        let found: Vec<_> = routes.iter().filter(|(h, _)| h == "hello.ns.svc.cluster.local").collect();
+        assert_eq!(found.len(), 1, "each host once");
+        assert_eq!(found[0].1.visibility, IngressVisibility::ExternalIp);
+        assert_eq!(found[0].1.paths[0].prefix, "/", "the first rule's paths");
+        let local = routes.iter().find(|(h, _)| h == "hello.ns").expect("hello.ns");
+        assert_eq!(local.1.visibility, IngressVisibility::ClusterLocal, "the other hosts of the local rule stay local");
     }
 
     #[test]
