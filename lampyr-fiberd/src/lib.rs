@@ -1,2 +1,135 @@
 //! fiberd: the node daemon that loads the Homes of its grants and serves
-//! their fibers to fiber-router. See `docs/cluster.md`.
+//! their fibers to fiber-router. See `docs/fiberd.md`; the contract it
+//! implements is `docs/cluster.md`.
+//!
+//! [`run`] watches Homes and, for each whose `spec.grantName` is one of its
+//! grants:
+//! 1. pulls `spec.sealedTemplate` (and opens it with the fleet key from its
+//!    Secret) or else `spec.artifact`, by digest, and verifies it — an
+//!    artifact that fails verification is never run;
+//! 2. builds the Revision's fiber pool with `spec.policy`, scaled by `ly run`'s
+//!    scaler (to zero and back);
+//! 3. serves it to requests carrying `Knative-Serving-Namespace` and
+//!    `Knative-Serving-Revision` (`404` for a Revision it does not hold);
+//! 4. reports its own entry of `status.instances` by server-side apply with
+//!    field manager `fiberd/<name>`: `address`, `loaded`, `message`,
+//!    `observedGeneration`, `warmFibers`.
+//!
+//! A new generation is loaded beside the old one, which serves until the new
+//! one replaces it; a deleted Home's pool is dropped; at shutdown the entries
+//! are removed before requests in flight drain.
+
+mod config;
+mod daemon;
+mod error;
+mod load;
+mod status;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::Client;
+use kube::api::Api;
+use lampyr_api::Home;
+use lampyr_fiber::cache::Cache;
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::registry::RegistryClient;
+use lampyr_router::{Router, RouterConfig};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, oneshot, watch};
+
+pub use config::{FiberdConfig, SecretKeyRef};
+pub use error::{FiberdError, FleetKeyError, LoadError};
+
+/// Runs fiberd with `config`, reaching the API server with `client` and serving
+/// forwarded requests (and `/healthz`, `/metrics`) on `listener`, until
+/// `shutdown` resolves. Then it removes its status entries (within
+/// [`FiberdConfig::shutdown_timeout`]), stops accepting, and lets requests in
+/// flight finish (within [`FiberdConfig::drain_timeout`]).
+///
+/// The client's identity needs `list` and `watch` on `homes`, `patch` on
+/// `homes/status`, and `get` on the fleet key's Secret.
+pub async fn run(
+    config: FiberdConfig,
+    client: Client,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), FiberdError> {
+    check(&config)?;
+    let local = listener.local_addr().map_err(FiberdError::Listener)?;
+    let address = match &config.advertise {
+        Some(address) => address.clone(),
+        None if local.ip().is_unspecified() => {
+            return Err(FiberdError::Config(format!(
+                "listening on {local}, a wildcard address: give the address fiber-router reaches this instance at (--advertise HOST:PORT)"
+            )));
+        }
+        None => local.to_string(),
+    };
+    let registry = RegistryClient::new(config.plain_http_registries.clone())?;
+    let mut metrics_registry = Registry::default();
+    let metrics = RuntimeMetrics::default();
+    metrics.register(&mut metrics_registry);
+    let router = Router::new(RouterConfig { drain_timeout: config.drain_timeout, ..RouterConfig::default() }, metrics_registry);
+    let loader = load::Loader {
+        client: client.clone(),
+        registry,
+        cache: Cache::new(&config.cache_dir),
+        fleet_key: config.fleet_key.clone(),
+        metrics,
+        scaler: config.scaler.clone(),
+    };
+    let homes: Api<Home> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    tracing::info!(
+        name = %config.name, grants = ?config.grants, namespace = config.namespace.as_deref().unwrap_or("(all)"),
+        listen = %local, advertise = %address, "fiberd starting"
+    );
+    let shared = Arc::new(daemon::Shared {
+        status: status::StatusWriter::new(client, config.field_manager()),
+        loads: Arc::new(Semaphore::new(config.max_concurrent_loads)),
+        table: daemon::Table::new(Arc::clone(&router)),
+        loader: Arc::new(loader),
+        address,
+        config,
+    });
+
+    let (stop_serving, serving) = watch::channel(false);
+    let server = tokio::spawn(Arc::clone(&router).serve(listener, async move {
+        let mut serving = serving;
+        let _ = serving.wait_for(|stop| *stop).await;
+    }));
+    let (stop_watching, watching) = oneshot::channel();
+    let watch = tokio::spawn(daemon::watch_homes(shared, homes, watching));
+
+    shutdown.await;
+    tracing::info!("shutting down: removing status entries, then draining requests in flight");
+    let _ = stop_watching.send(());
+    if let Err(e) = watch.await {
+        tracing::error!(error = %e, "the Home watch ended abnormally");
+    }
+    stop_serving.send_replace(true);
+    if let Err(e) = server.await {
+        tracing::error!(error = %e, "the server ended abnormally");
+    }
+    Ok(())
+}
+
+fn check(config: &FiberdConfig) -> Result<(), FiberdError> {
+    if config.name.is_empty() {
+        return Err(FiberdError::Config("the instance needs a name (--name, its grant Pod's name)".into()));
+    }
+    if config.grants.is_empty() || config.grants.iter().any(String::is_empty) {
+        return Err(FiberdError::Config("give the CapacityGrants this instance serves (--grant NAME, repeatable)".into()));
+    }
+    if config.max_concurrent_loads == 0 {
+        return Err(FiberdError::Config("at least one load must be allowed at once".into()));
+    }
+    if config.status_interval.is_zero() {
+        return Err(FiberdError::Config("the status interval must be positive".into()));
+    }
+    Ok(())
+}

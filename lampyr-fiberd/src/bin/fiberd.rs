@@ -1,0 +1,152 @@
+//! `fiberd`: loads the Homes of its CapacityGrants and serves their fibers to
+//! fiber-router. A thin main over `lampyr_fiberd::run`; see `docs/fiberd.md`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use lampyr_fiberd::{FiberdConfig, SecretKeyRef};
+use lampyr_router::ScalerConfig;
+use tokio::net::TcpListener;
+
+/// fiberd: serves the fibers of the Homes of its CapacityGrants.
+#[derive(Parser, Debug)]
+#[command(name = "fiberd", version, about)]
+struct Args {
+    /// Instance name: its grant Pod's name (its entry in Home status, field manager fiberd/NAME).
+    #[arg(long)]
+    name: String,
+    /// A CapacityGrant served: every Home whose spec.grantName it is (repeatable).
+    #[arg(long = "grant", required = true)]
+    grants: Vec<String>,
+    /// Only Homes of this namespace (default: all namespaces).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Where to serve forwarded requests, /healthz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// HOST:PORT written to Home status for fiber-router (default: the listen address,
+    /// which must then not be a wildcard address).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// A registry (HOST:PORT) reached over plain HTTP (repeatable); others use HTTPS.
+    #[arg(long = "plain-http-registry")]
+    plain_http_registries: Vec<String>,
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when unset.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Artifact cache (default: $LAMPYR_CACHE_DIR, else the user's cache directory).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// The fleet key's Secret, NAMESPACE/NAME (data key "key").
+    #[arg(long, default_value = "default/lampyr-fiberd-seal-key")]
+    seal_key_secret: String,
+    /// Seconds between scaler decisions.
+    #[arg(long, default_value_t = 2.0)]
+    scale_tick: f64,
+    /// Seconds without traffic before a Revision with min-scale 0 drops its last fiber.
+    #[arg(long, default_value_t = 30.0)]
+    scale_to_zero_grace: f64,
+    /// Least seconds between two status writes for one Home (warm fiber updates).
+    #[arg(long, default_value_t = 1.0)]
+    status_interval: f64,
+    /// Homes loading at once.
+    #[arg(long, default_value_t = 2)]
+    max_concurrent_loads: usize,
+    /// Seconds requests in flight may finish after SIGTERM.
+    #[arg(long, default_value_t = 30.0)]
+    drain_seconds: f64,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = config(&args)?;
+    // More than one rustls provider is linked in; kube's is ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = client(args.kubeconfig.as_deref()).await?;
+    let listener = TcpListener::bind(args.listen).await.map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    lampyr_fiberd::run(config, client, listener, shutdown_signal()).await.map_err(|e| e.to_string())
+}
+
+fn config(args: &Args) -> Result<FiberdConfig, String> {
+    let cache_dir = match &args.cache_dir {
+        Some(dir) => dir.clone(),
+        None => lampyr_fiber::cache::Cache::default_location().map_err(|e| format!("{e} (or give --cache-dir)"))?,
+    };
+    let mut config = FiberdConfig::new(args.name.clone(), args.grants.clone(), cache_dir);
+    config.namespace = args.namespace.clone();
+    config.advertise = args.advertise.clone();
+    config.plain_http_registries = args.plain_http_registries.clone();
+    config.fleet_key = SecretKeyRef::parse(&args.seal_key_secret)
+        .ok_or_else(|| format!("--seal-key-secret {:?}: expected NAMESPACE/NAME", args.seal_key_secret))?;
+    config.scaler = ScalerConfig {
+        tick: seconds(args.scale_tick, "--scale-tick", false)?,
+        scale_to_zero_grace_period: seconds(args.scale_to_zero_grace, "--scale-to-zero-grace", true)?,
+        ..ScalerConfig::default()
+    };
+    config.status_interval = seconds(args.status_interval, "--status-interval", false)?;
+    config.max_concurrent_loads = args.max_concurrent_loads;
+    config.drain_timeout = seconds(args.drain_seconds, "--drain-seconds", true)?;
+    Ok(config)
+}
+
+fn seconds(value: f64, flag: &str, zero_ok: bool) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| zero_ok || !d.is_zero())
+        .ok_or_else(|| format!("{flag} must be a {} number of seconds, not {value}", if zero_ok { "non-negative" } else { "positive" }))
+}
+
+async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("loading {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| format!("no Kubernetes configuration (in-cluster or kubeconfig): {e}"))?,
+    };
+    kube::Client::try_from(config).map_err(|e| format!("building a Kubernetes client: {e}"))
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("signal received");
+}

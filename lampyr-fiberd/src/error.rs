@@ -1,0 +1,125 @@
+//! fiberd's errors: why it cannot start, and why one Home is not loaded
+//! (the text of the latter is what its status entry's `message` says).
+
+use std::time::Duration;
+
+use lampyr_fiber::InvokeError;
+use lampyr_fiber::registry::RegistryError;
+use lampyr_fiber::runtime::RevisionPoolError;
+use lampyr_fiber::seal::SealError;
+
+use crate::config::SecretKeyRef;
+
+/// Why fiberd cannot run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum FiberdError {
+    /// The configuration is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// The listener's address cannot be read.
+    #[error("reading the listener's address: {0}")]
+    Listener(#[source] std::io::Error),
+    /// The registry client cannot be built.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// Why the fleet key could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetKeyError {
+    /// The Secret does not exist.
+    #[error("{secret} does not exist (`ly deploy` creates it with the cluster's fleet key)")]
+    Missing {
+        /// Where the key was looked for.
+        secret: SecretKeyRef,
+    },
+    /// The Secret has no such data key.
+    #[error("{secret} has no such key")]
+    NoKey {
+        /// Where the key was looked for.
+        secret: SecretKeyRef,
+    },
+    /// The key is not text.
+    #[error("{secret} is not UTF-8 text")]
+    NotText {
+        /// Where the key was looked for.
+        secret: SecretKeyRef,
+    },
+    /// The key does not parse.
+    #[error("{secret}: {source}")]
+    Invalid {
+        /// Where the key was looked for.
+        secret: SecretKeyRef,
+        /// The parser's complaint.
+        source: SealError,
+    },
+    /// The API server did not answer.
+    #[error("reading {secret}: {source}")]
+    Api {
+        /// Where the key was looked for.
+        secret: SecretKeyRef,
+        /// The client's error.
+        source: Box<kube::Error>,
+    },
+}
+
+/// Why a Home is not loaded. Its text becomes the status entry's `message`.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A reference in the Home's spec is not a digest-pinned registry reference.
+    #[error("{field} {reference:?} is not a registry reference pinned by digest: {reason}")]
+    BadReference {
+        /// `spec.artifact` or `spec.sealedTemplate`.
+        field: &'static str,
+        /// The reference.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The artifact or sealed template could not be pulled or does not verify.
+    #[error("pulling {reference}: {source}")]
+    Pull {
+        /// What was pulled.
+        reference: String,
+        /// Why it failed.
+        source: Box<RegistryError>,
+    },
+    /// The fleet key is unusable.
+    #[error("fleet key: {0}")]
+    FleetKey(#[from] FleetKeyError),
+    /// The sealed template seals another artifact than the Home pins.
+    #[error("sealed template {template} seals artifact {sealed}, but spec.artifact pins {artifact}")]
+    TemplateMismatch {
+        /// The sealed template reference.
+        template: String,
+        /// The artifact it seals.
+        sealed: String,
+        /// The artifact the Home pins.
+        artifact: String,
+    },
+    /// The sealed template does not open or its artifact does not verify.
+    #[error("opening sealed template {template}: {source}")]
+    Unseal {
+        /// The sealed template reference.
+        template: String,
+        /// Why.
+        source: Box<SealError>,
+    },
+    /// The verified artifact could not become a pool (memory, snapshot, environment).
+    #[error("loading artifact {artifact} into fibers: {source}")]
+    Pool {
+        /// The artifact digest.
+        artifact: String,
+        /// Why.
+        source: Box<RevisionPoolError>,
+    },
+    /// The first fibers (`initial-scale`) could not be started.
+    #[error("starting the first fibers: {0}")]
+    Start(#[source] InvokeError),
+    /// The load took longer than allowed.
+    #[error("loading did not finish within {0:?} (is the registry slow or unreachable?)")]
+    Timeout(Duration),
+    /// The load's task ended without an answer.
+    #[error("the load stopped without an answer: {0}")]
+    Task(String),
+}

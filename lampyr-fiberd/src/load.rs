@@ -1,0 +1,130 @@
+//! Loading one Home: its sealed template (opened with the fleet key) or its
+//! artifact, pulled by digest and verified, then its pool and scaler.
+//! An artifact that does not verify never reaches the fiber runtime.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::Api;
+use lampyr_api::Home;
+use lampyr_fiber::artifact::reference::Repository;
+use lampyr_fiber::cache::Cache;
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::registry::RegistryClient;
+use lampyr_fiber::runtime::revision_pool;
+use lampyr_fiber::seal::{FleetKey, open_artifact};
+use lampyr_fiber::{ArtifactRef, VerifiedArtifact};
+use lampyr_router::{LocalBackend, ScalerConfig};
+
+use crate::config::SecretKeyRef;
+use crate::error::{FleetKeyError, LoadError};
+
+/// Everything a load needs; shared by every Home's supervisor.
+pub(crate) struct Loader {
+    pub(crate) client: Client,
+    pub(crate) registry: RegistryClient,
+    pub(crate) cache: Cache,
+    pub(crate) fleet_key: SecretKeyRef,
+    pub(crate) metrics: RuntimeMetrics,
+    pub(crate) scaler: ScalerConfig,
+}
+
+impl Loader {
+    /// Loads `home`: pulls and verifies what it pins, builds its pool with its
+    /// policy and starts the scaler. Blocks on hashing and template loading:
+    /// run it on a blocking thread (see `supervisor`).
+    pub(crate) async fn load(&self, home: &Home) -> Result<Arc<LocalBackend>, LoadError> {
+        let spec = &home.spec;
+        let (repo, digest) = registry_ref("spec.artifact", &spec.artifact)?;
+        let artifact = match &spec.sealed_template {
+            Some(template) => self.open_sealed(template, &digest).await?,
+            None => self
+                .registry
+                .pull_verified(&repo, &digest, &self.cache)
+                .await
+                .map_err(|e| LoadError::Pull { reference: spec.artifact.clone(), source: Box::new(e) })?,
+        };
+        tracing::info!(home = %key_of(home), artifact = %artifact.digest, "verified; loading the template");
+        let pool = revision_pool(&artifact, &spec.policy, &spec.revision_name, self.scaler.max_fibers, self.metrics.clone())
+            .map_err(|e| LoadError::Pool { artifact: artifact.digest.clone(), source: Box::new(e) })?;
+        LocalBackend::start(pool, spec.policy.scaling.clone(), self.scaler.clone()).await.map_err(LoadError::Start)
+    }
+
+    /// Pulls sealed template `template`, checks it seals artifact `digest`, and opens it.
+    async fn open_sealed(&self, template: &str, digest: &str) -> Result<VerifiedArtifact, LoadError> {
+        let (repo, template_digest) = registry_ref("spec.sealedTemplate", template)?;
+        let key = self.fleet_key().await?;
+        let pulled = self
+            .registry
+            .pull_template(&repo, &template_digest, &self.cache)
+            .await
+            .map_err(|e| LoadError::Pull { reference: template.to_string(), source: Box::new(e) })?;
+        if pulled.artifact != digest {
+            return Err(LoadError::TemplateMismatch {
+                template: template.to_string(),
+                sealed: pulled.artifact,
+                artifact: digest.to_string(),
+            });
+        }
+        open_artifact(&pulled.sealed, &key, digest, &self.cache)
+            .map_err(|e| LoadError::Unseal { template: template.to_string(), source: Box::new(e) })
+    }
+
+    /// The fleet key, read from its Secret now (so a new key is used by the next load).
+    async fn fleet_key(&self) -> Result<FleetKey, FleetKeyError> {
+        let secret = self.fleet_key.clone();
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret.namespace);
+        let found = match api.get_opt(&secret.name).await {
+            Ok(found) => found,
+            Err(e) => return Err(FleetKeyError::Api { secret, source: Box::new(e) }),
+        };
+        let Some(found) = found else { return Err(FleetKeyError::Missing { secret }) };
+        let Some(bytes) = found.data.and_then(|mut d| d.remove(&secret.key)) else {
+            return Err(FleetKeyError::NoKey { secret });
+        };
+        let Ok(text) = String::from_utf8(bytes.0) else { return Err(FleetKeyError::NotText { secret }) };
+        FleetKey::parse(&text).map_err(|source| FleetKeyError::Invalid { secret, source })
+    }
+}
+
+/// The repository and digest of a Home's reference, which must name a registry
+/// and be pinned by digest (plain HTTP is the client's choice, not the reference's).
+fn registry_ref(field: &'static str, reference: &str) -> Result<(Repository, String), LoadError> {
+    let bad = |reason: String| LoadError::BadReference { field, reference: reference.to_string(), reason };
+    if reference.contains("://") {
+        return Err(bad("a Home's references carry no scheme (fiberd's --plain-http-registry picks plain HTTP)".into()));
+    }
+    match ArtifactRef::parse(reference) {
+        Ok(ArtifactRef::Registry { repository, digest }) => Ok((repository, digest)),
+        Ok(ArtifactRef::Layout { .. }) => Err(bad("it names a local directory".into())),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+/// `namespace/name` of a Home, for logs.
+pub(crate) fn key_of(home: &Home) -> String {
+    format!("{}/{}", home.metadata.namespace.as_deref().unwrap_or(""), home.metadata.name.as_deref().unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn home_references_are_pinned_registry_references_without_a_scheme() {
+        let (repo, digest) = registry_ref("spec.artifact", &format!("127.0.0.1:5000/lampyr/hello@{D}")).expect("valid");
+        assert_eq!((repo.registry.as_str(), repo.path.as_str(), digest.as_str()), ("127.0.0.1:5000", "lampyr/hello", D));
+        assert!(!repo.plain_http);
+        for bad in [
+            format!("http://127.0.0.1:5000/lampyr/hello@{D}"),
+            "127.0.0.1:5000/lampyr/hello:latest".to_string(),
+            format!("/var/lib/layout@{D}"),
+        ] {
+            let err = registry_ref("spec.artifact", &bad).expect_err(&bad);
+            assert!(err.to_string().starts_with("spec.artifact "), "{err}");
+        }
+    }
+}

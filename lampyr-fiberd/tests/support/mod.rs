@@ -1,0 +1,242 @@
+//! What fiberd's tests share: the real cluster environment with Lampyr's CRDs,
+//! example artifacts built once per process and pushed to a real registry,
+//! fiberd started in-process, and polling helpers.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use lampyr_api::policy::{FiberPolicy, ScalingPolicy};
+use lampyr_api::{Home, HomeInstance, HomeSpec};
+use lampyr_fiber::artifact::reference::Repository;
+use lampyr_fiber::artifact::{BuildOptions, build_artifact};
+use lampyr_fiber::registry::RegistryClient;
+use lampyr_fiber::seal::{FleetKey, seal_artifact};
+use lampyr_fiberd::{FiberdConfig, FiberdError, SecretKeyRef};
+use lampyr_router::ScalerConfig;
+use lampyr_testenv::{Cluster, TestRegistry, example_elf, repo_root, require_kvm};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// How long anything fiberd does may take before a test gives up.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+/// The data key of the tests' fleet key Secrets.
+pub const SEAL_SECRET: &str = "seal-key";
+
+/// One test's slice of the shared cluster: its own namespace.
+pub struct Env {
+    pub cluster: &'static Cluster,
+    pub client: Client,
+    pub ns: String,
+}
+
+impl Env {
+    pub async fn new(prefix: &str) -> Env {
+        require_kvm();
+        let cluster = Cluster::shared();
+        cluster.apply_files(&[repo_root().join("config/crd/lampyr.yaml")]).await.expect("Lampyr CRDs install");
+        let ns = cluster.namespace(prefix).await;
+        Env { cluster, client: cluster.client().await, ns }
+    }
+
+    pub fn homes(&self) -> Api<Home> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Creates Home `name` of `grant` pinning `artifact` (and `sealed`, if any).
+    pub async fn create_home(&self, name: &str, grant: &str, artifact: &str, sealed: Option<&str>, policy: FiberPolicy) -> Home {
+        let home = Home {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(self.ns.clone()), ..ObjectMeta::default() },
+            spec: HomeSpec {
+                revision_name: name.into(),
+                artifact: artifact.into(),
+                sealed_template: sealed.map(String::from),
+                grant_name: grant.into(),
+                policy,
+            },
+            status: None,
+        };
+        self.homes().create(&PostParams::default(), &home).await.unwrap_or_else(|e| panic!("creating Home {name}: {e}"))
+    }
+
+    /// Stores `key` as the fleet key in this namespace's Secret [`SEAL_SECRET`].
+    pub async fn put_fleet_key(&self, key: &FleetKey) {
+        let secret = Secret {
+            metadata: ObjectMeta { name: Some(SEAL_SECRET.into()), ..ObjectMeta::default() },
+            data: Some([("key".to_string(), ByteString(key.to_secret_string().into_bytes()))].into()),
+            ..Secret::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("creating the fleet key Secret");
+    }
+
+    /// fiberd's settings for this test: its namespace only, fast scaling and status.
+    pub fn config(&self, name: &str, grants: &[&str], registry: &TestRegistry, cache: &Path) -> FiberdConfig {
+        let mut config = FiberdConfig::new(name, grants.iter().map(|g| g.to_string()).collect(), cache);
+        config.namespace = Some(self.ns.clone());
+        config.plain_http_registries = vec![registry.host()];
+        config.fleet_key = SecretKeyRef::parse(&format!("{}/{SEAL_SECRET}", self.ns)).expect("secret ref");
+        config.scaler = ScalerConfig {
+            tick: Duration::from_millis(100),
+            scale_to_zero_grace_period: Duration::from_millis(600),
+            ..ScalerConfig::default()
+        };
+        config.status_interval = Duration::from_millis(200);
+        config.retry_min = Duration::from_millis(500);
+        config.retry_max = Duration::from_secs(2);
+        config.drain_timeout = Duration::from_secs(5);
+        config
+    }
+}
+
+/// The policy of the hello example: `TARGET=Lampyr`, a 6 s stable window.
+pub fn hello_policy() -> FiberPolicy {
+    FiberPolicy {
+        scaling: ScalingPolicy { stable_window: Duration::from_secs(6), ..ScalingPolicy::default() },
+        env: vec![("TARGET".into(), "Lampyr".into())],
+        ..FiberPolicy::default()
+    }
+}
+
+/// The hello example built with `max_body` (a different size is a different artifact),
+/// once per process: (layout, digest).
+pub fn hello_artifact(max_body: u64) -> (PathBuf, String) {
+    static BUILT: OnceLock<Mutex<HashMap<u64, (PathBuf, String)>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    built
+        .entry(max_body)
+        .or_insert_with(|| {
+            let layout = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fiberd-hello-{max_body}"));
+            let _ = std::fs::remove_dir_all(&layout);
+            let opts = BuildOptions { max_body, heap_size: None };
+            let artifact = build_artifact(&example_elf("hello"), &layout, &opts).expect("hello builds");
+            (layout, artifact.digest)
+        })
+        .clone()
+}
+
+/// Pushes artifact `(layout, digest)` to `registry` at `path`; returns the Home reference.
+pub async fn push(registry: &TestRegistry, path: &str, artifact: &(PathBuf, String)) -> String {
+    let repo = Repository::parse(&format!("{}/{path}", registry.host())).expect("repository");
+    let client = RegistryClient::new([registry.host()]).expect("registry client");
+    client.push(&artifact.0, &artifact.1, &repo, None).await.expect("push").to_string()
+}
+
+/// Seals artifact `(layout, digest)` to `key` and pushes the template to `registry`
+/// at `path` (the artifact itself is not pushed); returns the template's reference.
+pub async fn push_sealed(registry: &TestRegistry, path: &str, artifact: &(PathBuf, String), key: &FleetKey) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sealed = seal_artifact(&artifact.0, &artifact.1, &key.public(), &dir.path().join("template.age")).expect("seals");
+    let repo = Repository::parse(&format!("{}/{path}", registry.host())).expect("repository");
+    let client = RegistryClient::new([registry.host()]).expect("registry client");
+    client.push_template(&sealed, &repo, None).await.expect("push template").to_string()
+}
+
+/// fiberd running in this process on a loopback port.
+pub struct Daemon {
+    pub addr: SocketAddr,
+    pub name: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), FiberdError>>>,
+    _cache: tempfile::TempDir,
+}
+
+impl Daemon {
+    pub async fn start(env: &Env, name: &str, grants: &[&str], registry: &TestRegistry) -> Daemon {
+        let cache = tempfile::tempdir().expect("cache dir");
+        let config = env.config(name, grants, registry, cache.path());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let client = env.client.clone();
+        let task = tokio::spawn(lampyr_fiberd::run(config, client, listener, async move {
+            let _ = stopped.await;
+        }));
+        Daemon { addr, name: name.into(), stop: Some(stop), task: Some(task), _cache: cache }
+    }
+
+    /// Stops fiberd as SIGTERM would and waits until it has finished.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let result = tokio::time::timeout(PATIENCE, task).await.expect("fiberd stops in time").expect("fiberd task");
+            result.expect("fiberd ran without error");
+        }
+    }
+
+    /// `GET /` for Revision `ns/revision`, as fiber-router forwards it: (status, body).
+    pub async fn get(&self, ns: &str, revision: &str) -> (u16, String) {
+        request(self.addr, ns, revision).await
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// `GET /` on `addr` with the Knative-Serving-* headers: (status, body).
+pub async fn request(addr: SocketAddr, ns: &str, revision: &str) -> (u16, String) {
+    let resp = http()
+        .get(format!("http://{addr}/"))
+        .header("Knative-Serving-Namespace", ns)
+        .header("Knative-Serving-Revision", revision)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("request to {addr}: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http client")
+}
+
+/// The entry of `instance` in Home `name`'s status, if any; `None` also when the Home is gone.
+pub async fn entry(homes: &Api<Home>, name: &str, instance: &str) -> Option<HomeInstance> {
+    let home = homes.get_opt(name).await.expect("reading the Home")?;
+    home.status?.instances.into_iter().find(|i| i.name == instance)
+}
+
+/// Polls Home `name` until `instance`'s entry satisfies `done`; returns it.
+pub async fn wait_entry(
+    homes: &Api<Home>,
+    name: &str,
+    instance: &str,
+    what: &str,
+    done: impl Fn(Option<&HomeInstance>) -> bool,
+) -> Option<HomeInstance> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let found = entry(homes, name, instance).await;
+        if done(found.as_ref()) {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "Home {name}: {what} did not happen within {PATIENCE:?}; entry: {found:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `check` until it returns true.
+pub async fn wait_until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what} did not happen within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
