@@ -6,12 +6,16 @@
 //! (`/dev/kvm`, the guest target, `docker-registry`) is missing: a test that
 //! needs one never passes by skipping.
 
+pub mod artifacts;
 pub mod bins;
 pub mod cluster;
 pub mod guests;
 pub mod registry;
+pub mod stack;
 
+pub use artifacts::{Artifact, example_artifact, push_artifact, push_sealed};
 pub use bins::workspace_binary;
 pub use cluster::{Cluster, Process};
 pub use guests::{example_elf, repo_root, require_kvm, test_guest_elf};
 pub use registry::TestRegistry;
+pub use stack::LampyrStack;

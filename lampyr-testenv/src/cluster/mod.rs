@@ -230,7 +230,7 @@ fn register_exit_teardown() {
 }
 
 /// Builds an admin-or-service-account client from a kubeconfig file.
-async fn client_for(kubeconfig: &Path) -> Result<Client, String> {
+pub(crate) async fn client_for(kubeconfig: &Path) -> Result<Client, String> {
     // Several rustls providers are linked into test binaries (kube's ring,
     // oci-client's aws-lc-rs): choose one, once, for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -262,7 +262,7 @@ pub fn remove_stale_data_dirs() {
 }
 
 /// A loopback port that was free a moment ago.
-fn free_port() -> Result<u16, String> {
+pub fn free_port() -> Result<u16, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding a loopback port: {e}"))?;
     listener.local_addr().map(|a| a.port()).map_err(|e| format!("reading a bound port: {e}"))
 }

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,7 +27,8 @@ const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
 
 /// Runs grant Pods as local fiberd processes until dropped.
 pub struct PodRunner {
-    task: tokio::task::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
     running: Arc<Mutex<BTreeMap<String, Running>>>,
 }
 
@@ -37,21 +39,34 @@ struct Running {
 }
 
 impl PodRunner {
-    /// Starts watching grant Pods (all namespaces) and running them with
-    /// `fiberd` plus `extra_args`; logs go under `log_dir`.
-    pub fn start(client: Client, fiberd: PathBuf, extra_args: Vec<String>, log_dir: &Path) -> Self {
+    /// Starts watching grant Pods (all namespaces), as the user of `kubeconfig`,
+    /// and running them with `fiberd` plus `extra_args`; logs go under `log_dir`.
+    ///
+    /// Runs on its own thread and runtime, so it outlives the test that started it.
+    pub fn start(kubeconfig: &Path, fiberd: PathBuf, extra_args: Vec<String>, log_dir: &Path) -> Self {
         let running = Arc::new(Mutex::new(BTreeMap::new()));
-        let log_dir = log_dir.to_path_buf();
-        let state = running.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                if let Err(e) = sync_once(&client, &fiberd, &extra_args, &log_dir, &state).await {
-                    eprintln!("pod runner: {e}");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-        PodRunner { task, running }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (kubeconfig, log_dir) = (kubeconfig.to_path_buf(), log_dir.to_path_buf());
+        let (state, stopping) = (running.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("lampyr-testenv-pod-runner".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+                runtime.block_on(async move {
+                    let client = match super::client_for(&kubeconfig).await {
+                        Ok(client) => client,
+                        Err(e) => return eprintln!("pod runner: {e}"),
+                    };
+                    while !stopping.load(Ordering::Relaxed) {
+                        if let Err(e) = sync_once(&client, &fiberd, &extra_args, &log_dir, &state).await {
+                            eprintln!("pod runner: {e}");
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                });
+            })
+            .expect("start the pod runner thread");
+        PodRunner { stop, thread: Some(thread), running }
     }
 
     /// `namespace/name -> port` of every Pod running now.
@@ -71,7 +86,10 @@ impl PodRunner {
 
 impl Drop for PodRunner {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
         // Processes are killed as their `Process` values drop.
         self.running.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }

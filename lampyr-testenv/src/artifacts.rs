@@ -1,0 +1,86 @@
+//! Snapshot artifacts of the example guests, built once per test process and
+//! pushed to a [`TestRegistry`], plainly or sealed to a fleet key.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use lampyr_fiber::artifact::reference::Repository;
+use lampyr_fiber::artifact::{BuildOptions, build_artifact};
+use lampyr_fiber::registry::RegistryClient;
+use lampyr_fiber::seal::{FleetKey, seal_artifact};
+
+use crate::guests::example_elf;
+use crate::registry::TestRegistry;
+
+/// Prefix of each test process's artifact directory; the pid follows.
+const DIR_PREFIX: &str = "lampyr-testenv-artifacts-";
+
+/// Removes the artifact directories of test processes that have exited.
+fn remove_stale_artifact_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else { continue };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// A built artifact: its OCI layout directory and its index digest.
+#[derive(Clone, Debug)]
+pub struct Artifact {
+    /// The OCI image layout holding it.
+    pub layout: PathBuf,
+    /// Its index digest (`sha256:…`), the pin.
+    pub digest: String,
+}
+
+/// The artifact of example `name` (`examples/<name>`) with bodies of up to
+/// `max_body` bytes, built once per process (a second call returns the same one).
+pub fn example_artifact(name: &str, max_body: u64) -> Artifact {
+    static BUILT: OnceLock<Mutex<HashMap<(String, u64), Artifact>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(|| {
+            remove_stale_artifact_dirs();
+            Mutex::default()
+        })
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    built
+        .entry((name.to_string(), max_body))
+        .or_insert_with(|| {
+            let root = std::env::temp_dir().join(format!("{DIR_PREFIX}{}", std::process::id()));
+            let layout = root.join(format!("{name}-{max_body}"));
+            let _ = std::fs::remove_dir_all(&layout);
+            let opts = BuildOptions { max_body, heap_size: None };
+            let artifact = build_artifact(&example_elf(name), &layout, &opts)
+                .unwrap_or_else(|e| panic!("building the {name} example's artifact: {e}"));
+            Artifact { layout, digest: artifact.digest }
+        })
+        .clone()
+}
+
+/// Pushes `artifact` to `registry` at repository `path`; returns its digest-pinned
+/// reference (`127.0.0.1:PORT/path@sha256:…`).
+pub async fn push_artifact(registry: &TestRegistry, path: &str, artifact: &Artifact) -> String {
+    let repo = Repository::parse(&format!("{}/{path}", registry.host())).expect("a repository");
+    let client = RegistryClient::new([registry.host()]).expect("a registry client");
+    client
+        .push(&artifact.layout, &artifact.digest, &repo, None)
+        .await
+        .unwrap_or_else(|e| panic!("pushing {} to {}: {e}", artifact.digest, repo))
+        .to_string()
+}
+
+/// Seals `artifact` to `key` and pushes the template (not the artifact) to
+/// `registry` at `path`; returns the template's digest-pinned reference.
+pub async fn push_sealed(registry: &TestRegistry, path: &str, artifact: &Artifact, key: &FleetKey) -> String {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let sealed = seal_artifact(&artifact.layout, &artifact.digest, &key.public(), &dir.path().join("template.age"))
+        .unwrap_or_else(|e| panic!("sealing {}: {e}", artifact.digest));
+    let repo = Repository::parse(&format!("{}/{path}", registry.host())).expect("a repository");
+    let client = RegistryClient::new([registry.host()]).expect("a registry client");
+    client.push_template(&sealed, &repo, None).await.unwrap_or_else(|e| panic!("pushing the template: {e}")).to_string()
+}

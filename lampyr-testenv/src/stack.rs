@@ -1,0 +1,197 @@
+//! Lampyr's whole cluster side, on top of [`Cluster`]: the grant controller,
+//! lampyr-controller, fiber-router (implementing the KIngress class the
+//! Knative configuration selects) and, through [`PodRunner`], fiberd in place
+//! of every grant Pod, plus a real OCI registry holding the artifacts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::bins::workspace_binary;
+use crate::cluster::{Cluster, PodRunner, Process, SYSTEM_NAMESPACE};
+use crate::guests::repo_root;
+use crate::registry::TestRegistry;
+
+/// The fiber-router's Service name every per-Revision ExternalName Service names.
+pub const ROUTER_SERVICE: &str = "fiber-router.lampyr-system.svc.cluster.local";
+/// The grant image lampyr-controller writes into grants (never pulled: no kubelet).
+pub const GRANT_IMAGE: &str =
+    "registry.example.com/lampyr/fiberd@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+/// The helper image lampyr-controller writes into grants.
+pub const HELPER_IMAGE: &str =
+    "registry.example.com/lampyr/fiberd-helper@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+/// The running stack. See the module documentation.
+pub struct LampyrStack {
+    /// The Kubernetes and Knative side.
+    pub cluster: &'static Cluster,
+    /// The registry artifacts are pushed to.
+    pub registry: TestRegistry,
+    /// Where fiber-router listens.
+    pub router: SocketAddr,
+    controller: Mutex<Option<Process>>,
+    router_process: Mutex<Option<Process>>,
+    _grant_controller: Process,
+    /// Runs grant Pods as local fiberd processes.
+    pub pods: PodRunner,
+}
+
+impl LampyrStack {
+    /// The stack shared by every test of this test binary, started on first use.
+    pub fn shared() -> &'static LampyrStack {
+        static SHARED: OnceLock<Result<LampyrStack, String>> = OnceLock::new();
+        let started = SHARED.get_or_init(|| {
+            std::thread::spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+                runtime.block_on(LampyrStack::start())
+            })
+            .join()
+            .unwrap_or_else(|_| Err("starting the Lampyr stack panicked".into()))
+        });
+        match started {
+            Ok(stack) => stack,
+            Err(why) => panic!("the Lampyr stack did not start: {why}"),
+        }
+    }
+
+    async fn start() -> Result<LampyrStack, String> {
+        let cluster = Cluster::shared();
+        let root = repo_root();
+        cluster
+            .apply_files(&[root.join("config/crd/lampyr.yaml"), root.join("config/fiberd-k8s-controller.yaml")])
+            .await?;
+        let client = cluster.client().await;
+        let policy = json!({
+            "apiVersion": "fiber.lampyr.dev/v1alpha1", "kind": "GrantPolicy",
+            "metadata": { "name": "lampyr-testenv" },
+            "spec": { "allowedRepositories": [repository(GRANT_IMAGE), repository(HELPER_IMAGE)] },
+        });
+        let apply = PatchParams::apply("lampyr-testenv").force();
+        Api::<kube::core::DynamicObject>::all_with(
+            client.clone(),
+            &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("fiber.lampyr.dev", "v1alpha1", "GrantPolicy")),
+        )
+        .patch("lampyr-testenv", &apply, &Patch::Apply(&policy))
+        .await
+        .map_err(|e| format!("creating the GrantPolicy: {e}"))?;
+        // Route every Knative Route through fiber-router's own KIngress class.
+        let network = json!({ "data": { "ingress-class": lampyr_api::keys::FIBER_INGRESS_CLASS } });
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, SYSTEM_NAMESPACE)
+            .patch("config-network", &PatchParams::default(), &Patch::Merge(&network))
+            .await
+            .map_err(|e| format!("selecting fiber-router's ingress class: {e}"))?;
+
+        let registry = TestRegistry::start();
+        let kubeconfig = cluster.kubeconfig().to_path_buf();
+        let grant_controller = spawn(cluster, "fiberd-k8s-controller", grant_controller_command(&kubeconfig))?;
+        let router = SocketAddr::from(([127, 0, 0, 1], crate::cluster::free_port()?));
+        let stack = LampyrStack {
+            cluster,
+            router,
+            controller: Mutex::new(None),
+            router_process: Mutex::new(None),
+            _grant_controller: grant_controller,
+            pods: PodRunner::start(
+                &kubeconfig,
+                workspace_binary("lampyr-fiberd", "fiberd"),
+                vec![
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    format!("--plain-http-registry={}", registry.host()),
+                    "--scale-tick=0.5".into(),
+                    "--scale-to-zero-grace=5".into(),
+                ],
+                cluster.data_dir(),
+            ),
+            registry,
+        };
+        stack.restart_controller()?;
+        stack.restart_router()?;
+        Ok(stack)
+    }
+
+    /// Starts lampyr-controller, killing a running one first (a crash and a restart).
+    pub fn restart_controller(&self) -> Result<(), String> {
+        let mut slot = self.controller.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut old) = slot.take() {
+            old.kill();
+        }
+        let mut command = Command::new(workspace_binary("lampyr-reconcile", "lampyr-controller"));
+        command
+            .arg(format!("--kubeconfig={}", self.cluster.kubeconfig().display()))
+            .arg(format!("--router-service={ROUTER_SERVICE}"))
+            .arg(format!("--grant-image={GRANT_IMAGE}"))
+            .arg(format!("--helper-image={HELPER_IMAGE}"))
+            .arg(format!("--plain-http-registry={}", self.registry.host()))
+            .args(["--metrics-addr=127.0.0.1:0", "--leader-elect=true", "--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms"]);
+        *slot = Some(spawn(self.cluster, "lampyr-controller", command)?);
+        Ok(())
+    }
+
+    /// Starts fiber-router on [`LampyrStack::router`], killing a running one first.
+    pub fn restart_router(&self) -> Result<(), String> {
+        let mut slot = self.router_process.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut old) = slot.take() {
+            old.kill();
+        }
+        let mut command = Command::new(workspace_binary("lampyr-router", "fiber-router"));
+        command
+            .arg(format!("--kubeconfig={}", self.cluster.kubeconfig().display()))
+            .arg(format!("--listen={}", self.router))
+            .arg(format!("--service-dns={ROUTER_SERVICE}"));
+        *slot = Some(spawn(self.cluster, "fiber-router", command)?);
+        Ok(())
+    }
+
+    /// The end of a component's log (`lampyr-controller`, `fiber-router`,
+    /// `fiberd-k8s-controller`, or any of [`Cluster::log_tail`]'s).
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        self.cluster.log_tail(component, lines)
+    }
+
+    /// Builds example `name` once and pushes it to the registry at `lampyr/<name>`;
+    /// returns its digest-pinned reference.
+    pub async fn push_example(&self, name: &str) -> String {
+        let artifact = crate::artifacts::example_artifact(name, 64 * 1024);
+        crate::artifacts::push_artifact(&self.registry, &format!("lampyr/{name}"), &artifact).await
+    }
+
+    /// Sends `GET path` with `Host: host` to fiber-router; returns the status and body.
+    pub async fn get(&self, host: &str, path: &str) -> Result<(u16, String), String> {
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
+        let response = client
+            .get(format!("http://{}{path}", self.router))
+            .header("Host", host)
+            .send()
+            .await
+            .map_err(|e| format!("GET {host}{path} through fiber-router: {e}"))?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await.map_err(|e| e.to_string())?))
+    }
+}
+
+fn spawn(cluster: &Cluster, name: &'static str, command: Command) -> Result<Process, String> {
+    Process::spawn(name, command, &cluster.data_dir().join(format!("{name}.log")))
+}
+
+fn grant_controller_command(kubeconfig: &std::path::Path) -> Command {
+    let mut command = Command::new(workspace_binary("lampyr-reconcile", "fiberd-k8s-controller"));
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["--metrics-addr=127.0.0.1:0", "--leader-elect=false"]);
+    command
+}
+
+/// An image reference's repository (without its digest).
+fn repository(image: &str) -> &str {
+    image.split_once('@').map_or(image, |(repo, _)| repo)
+}
+
+/// Paths of files the stack reads, for callers that need them.
+pub fn lampyr_crds() -> PathBuf {
+    repo_root().join("config/crd/lampyr.yaml")
+}
