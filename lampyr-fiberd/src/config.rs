@@ -46,6 +46,25 @@ impl fmt::Display for SecretKeyRef {
     }
 }
 
+/// Where fiberd reads the fleet key that opens sealed templates. It is read
+/// again for every sealed load, so a rotated key is picked up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FleetKeySource {
+    /// A Secret, read through the API server.
+    Secret(SecretKeyRef),
+    /// A file: the Secret's key mounted into the grant Pod.
+    File(PathBuf),
+}
+
+impl fmt::Display for FleetKeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FleetKeySource::Secret(secret) => secret.fmt(f),
+            FleetKeySource::File(path) => write!(f, "file {}", path.display()),
+        }
+    }
+}
+
 /// Settings of one fiberd instance.
 #[derive(Clone, Debug)]
 pub struct FiberdConfig {
@@ -64,7 +83,7 @@ pub struct FiberdConfig {
     /// The content-addressed artifact cache.
     pub cache_dir: PathBuf,
     /// Where the fleet key that opens sealed templates is.
-    pub fleet_key: SecretKeyRef,
+    pub fleet_key: FleetKeySource,
     /// The scaler of every Revision's pool (as `ly run`'s).
     pub scaler: ScalerConfig,
     /// Least time between two status writes for one Home (warm fiber updates).
@@ -97,7 +116,7 @@ impl FiberdConfig {
             advertise: None,
             plain_http_registries: Vec::new(),
             cache_dir: cache_dir.into(),
-            fleet_key: SecretKeyRef::fleet_key(),
+            fleet_key: FleetKeySource::Secret(SecretKeyRef::fleet_key()),
             scaler: ScalerConfig::default(),
             status_interval: Duration::from_secs(1),
             max_concurrent_loads: 2,

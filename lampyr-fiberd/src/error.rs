@@ -1,6 +1,7 @@
 //! fiberd's errors: why it cannot start, and why one Home is not loaded
 //! (the text of the latter is what its status entry's `message` says).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lampyr_fiber::InvokeError;
@@ -8,7 +9,7 @@ use lampyr_fiber::registry::RegistryError;
 use lampyr_fiber::runtime::RevisionPoolError;
 use lampyr_fiber::seal::SealError;
 
-use crate::config::SecretKeyRef;
+use crate::config::{FleetKeySource, SecretKeyRef};
 
 /// Why fiberd cannot run at all.
 #[derive(Debug, thiserror::Error)]
@@ -27,11 +28,11 @@ pub enum FiberdError {
 /// Why the fleet key could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetKeyError {
-    /// The Secret does not exist.
-    #[error("{secret} does not exist (`ly deploy` creates it with the cluster's fleet key)")]
+    /// The Secret or file does not exist.
+    #[error("{from} does not exist (`ly deploy` creates the fleet key Secret; grant Pods mount it)")]
     Missing {
         /// Where the key was looked for.
-        secret: SecretKeyRef,
+        from: FleetKeySource,
     },
     /// The Secret has no such data key.
     #[error("{secret} has no such key")]
@@ -40,16 +41,16 @@ pub enum FleetKeyError {
         secret: SecretKeyRef,
     },
     /// The key is not text.
-    #[error("{secret} is not UTF-8 text")]
+    #[error("{from} is not UTF-8 text")]
     NotText {
         /// Where the key was looked for.
-        secret: SecretKeyRef,
+        from: FleetKeySource,
     },
     /// The key does not parse.
-    #[error("{secret}: {source}")]
+    #[error("{from}: {source}")]
     Invalid {
         /// Where the key was looked for.
-        secret: SecretKeyRef,
+        from: FleetKeySource,
         /// The parser's complaint.
         source: SealError,
     },
@@ -60,6 +61,14 @@ pub enum FleetKeyError {
         secret: SecretKeyRef,
         /// The client's error.
         source: Box<kube::Error>,
+    },
+    /// The file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
     },
 }
 

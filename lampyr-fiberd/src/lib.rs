@@ -39,7 +39,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 
-pub use config::{FiberdConfig, SecretKeyRef};
+pub use config::{FiberdConfig, FleetKeySource, SecretKeyRef};
 pub use error::{FiberdError, FleetKeyError, LoadError};
 
 /// Runs fiberd with `config`, reaching the API server with `client` and serving
@@ -49,7 +49,8 @@ pub use error::{FiberdError, FleetKeyError, LoadError};
 /// flight finish (within [`FiberdConfig::drain_timeout`]).
 ///
 /// The client's identity needs `list` and `watch` on `homes`, `patch` on
-/// `homes/status`, and `get` on the fleet key's Secret.
+/// `homes/status`, and `get` on the fleet key's Secret (unless the key is
+/// read from a file).
 pub async fn run(
     config: FiberdConfig,
     client: Client,

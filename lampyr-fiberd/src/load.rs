@@ -17,7 +17,7 @@ use lampyr_fiber::seal::{FleetKey, open_artifact};
 use lampyr_fiber::{ArtifactRef, VerifiedArtifact};
 use lampyr_router::{LocalBackend, ScalerConfig};
 
-use crate::config::SecretKeyRef;
+use crate::config::{FleetKeySource, SecretKeyRef};
 use crate::error::{FleetKeyError, LoadError};
 
 /// Everything a load needs; shared by every Home's supervisor.
@@ -25,7 +25,7 @@ pub(crate) struct Loader {
     pub(crate) client: Client,
     pub(crate) registry: RegistryClient,
     pub(crate) cache: Cache,
-    pub(crate) fleet_key: SecretKeyRef,
+    pub(crate) fleet_key: FleetKeySource,
     pub(crate) metrics: RuntimeMetrics,
     pub(crate) scaler: ScalerConfig,
 }
@@ -71,20 +71,33 @@ impl Loader {
             .map_err(|e| LoadError::Unseal { template: template.to_string(), source: Box::new(e) })
     }
 
-    /// The fleet key, read from its Secret now (so a new key is used by the next load).
+    /// The fleet key, read now (so a new key is used by the next load).
     async fn fleet_key(&self) -> Result<FleetKey, FleetKeyError> {
-        let secret = self.fleet_key.clone();
+        let from = self.fleet_key.clone();
+        let text = match &from {
+            FleetKeySource::Secret(secret) => self.secret_key(secret).await?,
+            FleetKeySource::File(path) => match tokio::fs::read(path).await {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FleetKeyError::Missing { from }),
+                Err(source) => return Err(FleetKeyError::Io { path: path.clone(), source }),
+            },
+        };
+        let Ok(text) = String::from_utf8(text) else { return Err(FleetKeyError::NotText { from }) };
+        FleetKey::parse(&text).map_err(|source| FleetKeyError::Invalid { from, source })
+    }
+
+    /// The bytes of the fleet key's Secret key.
+    async fn secret_key(&self, secret: &SecretKeyRef) -> Result<Vec<u8>, FleetKeyError> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret.namespace);
         let found = match api.get_opt(&secret.name).await {
             Ok(found) => found,
-            Err(e) => return Err(FleetKeyError::Api { secret, source: Box::new(e) }),
+            Err(e) => return Err(FleetKeyError::Api { secret: secret.clone(), source: Box::new(e) }),
         };
-        let Some(found) = found else { return Err(FleetKeyError::Missing { secret }) };
+        let Some(found) = found else { return Err(FleetKeyError::Missing { from: FleetKeySource::Secret(secret.clone()) }) };
         let Some(bytes) = found.data.and_then(|mut d| d.remove(&secret.key)) else {
-            return Err(FleetKeyError::NoKey { secret });
+            return Err(FleetKeyError::NoKey { secret: secret.clone() });
         };
-        let Ok(text) = String::from_utf8(bytes.0) else { return Err(FleetKeyError::NotText { secret }) };
-        FleetKey::parse(&text).map_err(|source| FleetKeyError::Invalid { secret, source })
+        Ok(bytes.0)
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use lampyr_fiberd::{FiberdConfig, SecretKeyRef};
+use lampyr_fiberd::{FiberdConfig, FleetKeySource, SecretKeyRef};
 use lampyr_router::ScalerConfig;
 use tokio::net::TcpListener;
 
@@ -41,9 +41,12 @@ struct Args {
     /// Artifact cache (default: $LAMPYR_CACHE_DIR, else the user's cache directory).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// The fleet key's Secret, NAMESPACE/NAME (data key "key").
+    /// The fleet key's Secret, NAMESPACE/NAME (data key "key"), read through the API server.
     #[arg(long, default_value = "default/lampyr-fiberd-seal-key")]
     seal_key_secret: String,
+    /// Read the fleet key from this file instead (the Secret's key mounted into the Pod).
+    #[arg(long, conflicts_with = "seal_key_secret")]
+    fleet_key_file: Option<PathBuf>,
     /// Seconds between scaler decisions.
     #[arg(long, default_value_t = 2.0)]
     scale_tick: f64,
@@ -102,8 +105,13 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
     config.namespace = args.namespace.clone();
     config.advertise = args.advertise.clone();
     config.plain_http_registries = args.plain_http_registries.clone();
-    config.fleet_key = SecretKeyRef::parse(&args.seal_key_secret)
-        .ok_or_else(|| format!("--seal-key-secret {:?}: expected NAMESPACE/NAME", args.seal_key_secret))?;
+    config.fleet_key = match &args.fleet_key_file {
+        Some(path) => FleetKeySource::File(path.clone()),
+        None => FleetKeySource::Secret(
+            SecretKeyRef::parse(&args.seal_key_secret)
+                .ok_or_else(|| format!("--seal-key-secret {:?}: expected NAMESPACE/NAME", args.seal_key_secret))?,
+        ),
+    };
     config.scaler = ScalerConfig {
         tick: seconds(args.scale_tick, "--scale-tick", false)?,
         scale_to_zero_grace_period: seconds(args.scale_to_zero_grace, "--scale-to-zero-grace", true)?,

@@ -20,7 +20,7 @@ use lampyr_fiber::artifact::reference::Repository;
 use lampyr_fiber::artifact::{BuildOptions, build_artifact};
 use lampyr_fiber::registry::RegistryClient;
 use lampyr_fiber::seal::{FleetKey, seal_artifact};
-use lampyr_fiberd::{FiberdConfig, FiberdError, SecretKeyRef};
+use lampyr_fiberd::{FiberdConfig, FiberdError, FleetKeySource, SecretKeyRef};
 use lampyr_router::ScalerConfig;
 use lampyr_testenv::{Cluster, TestRegistry, example_elf, repo_root, require_kvm};
 use tokio::sync::oneshot;
@@ -85,7 +85,8 @@ impl Env {
         let mut config = FiberdConfig::new(name, grants.iter().map(|g| g.to_string()).collect(), cache);
         config.namespace = Some(self.ns.clone());
         config.plain_http_registries = vec![registry.host()];
-        config.fleet_key = SecretKeyRef::parse(&format!("{}/{SEAL_SECRET}", self.ns)).expect("secret ref");
+        let secret = SecretKeyRef::parse(&format!("{}/{SEAL_SECRET}", self.ns)).expect("secret ref");
+        config.fleet_key = FleetKeySource::Secret(secret);
         config.scaler = ScalerConfig {
             tick: Duration::from_millis(100),
             scale_to_zero_grace_period: Duration::from_millis(600),
