@@ -20,6 +20,9 @@ pub const NETWORKING_PUBLIC_GROUP: &str = "networking.knative.dev";
 
 /// Annotation naming the snapshot artifact (OCI reference) a Revision runs as fibers.
 pub const SNAPSHOT_ARTIFACT: &str = "lampyr.dev/snapshot-artifact";
+/// Annotation naming the Revision's fiberd template sealed to the cluster's fleet key
+/// (an OCI reference pinned by digest); copied to `Home.spec.sealedTemplate`.
+pub const SEALED_TEMPLATE: &str = "lampyr.dev/sealed-template";
 
 /// Label: the Configuration a Revision belongs to.
 pub const CONFIGURATION_LABEL: &str = "serving.knative.dev/configuration";

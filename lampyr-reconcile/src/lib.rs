@@ -1,8 +1,15 @@
 //! Lampyr's controllers, as libraries under thin binaries:
 //! the Fiber Revision reconciler (`lampyr-controller`) and the grant
 //! controller (`fiberd-k8s-controller`). See `docs/cluster.md`.
+//!
+//! - [`revision`]: the Fiber Revision reconciler.
+//! - [`grant`]: the grant controller.
+//! - [`admin`]: the `/metrics`, `/healthz` and `/readyz` server.
+//! - [`leader`]: leader election on a Lease.
+//! - [`runner`]: what the controller binaries share.
 
 pub mod admin;
 pub mod grant;
 pub mod leader;
+pub mod revision;
 pub mod runner;

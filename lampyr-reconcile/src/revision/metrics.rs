@@ -1,0 +1,66 @@
+//! Metrics of the Fiber Revision reconciler, labelled by bounded names only
+//! (never by Revision or error text). Listed in `docs/lampyr-controller.md`.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+/// Every metric of the reconciler; register once with [`Metrics::register`].
+#[derive(Clone)]
+pub struct Metrics {
+    /// Reconciles, by `result` (`success` or the error's label).
+    pub reconciles: Family<Labels, Counter>,
+    /// Reconcile duration.
+    pub reconcile_seconds: Histogram,
+    /// Artifact pulls, by `outcome` (`verified` or the problem's label).
+    pub artifact_pulls: Family<Labels, Counter>,
+    /// Artifact resolutions that failed, by `problem` (cached successes are not counted).
+    pub artifact_failures: Family<Labels, Counter>,
+    /// Status writes, by `object` (`revision` or `home`).
+    pub status_writes: Family<Labels, Counter>,
+    /// Child objects applied, by `kind` (`Home`, `CapacityGrant`, `Service`).
+    pub child_applies: Family<Labels, Counter>,
+    /// 1 while this process leads (or runs without leader election), else 0.
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            reconciles: Family::default(),
+            // 1 ms … ~65 s.
+            reconcile_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            artifact_pulls: Family::default(),
+            artifact_failures: Family::default(),
+            status_writes: Family::default(),
+            child_applies: Family::default(),
+            leader: Gauge::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `lampyr_controller` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("lampyr_controller");
+        r.register("reconciles", "Revision reconciles, by result", self.reconciles.clone());
+        r.register("reconcile_seconds", "Time per Revision reconcile", self.reconcile_seconds.clone());
+        r.register("artifact_pulls", "Snapshot artifact pulls, by outcome", self.artifact_pulls.clone());
+        r.register(
+            "artifact_failures",
+            "Snapshot artifacts that could not be used, by problem",
+            self.artifact_failures.clone(),
+        );
+        r.register("status_writes", "Status writes, by object", self.status_writes.clone());
+        r.register("child_applies", "Server-side applies of owned objects, by kind", self.child_applies.clone());
+        r.register("leader", "1 while this process reconciles (holds the lease)", self.leader.clone());
+    }
+
+    pub(crate) fn count(family: &Family<Labels, Counter>, key: &'static str, value: &'static str) {
+        family.get_or_create(&vec![(key, value)]).inc();
+    }
+}

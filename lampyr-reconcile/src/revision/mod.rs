@@ -1,0 +1,513 @@
+//! The Fiber Revision reconciler (`lampyr-controller`): for every Knative
+//! Revision it verifies the snapshot artifact, translates the template into a
+//! fiber policy, creates and owns the Revision's `Home`, `CapacityGrant` and
+//! ExternalName `Service`, keeps the Home's status (conditions, warm fibers)
+//! and reports upstream's Revision status. See `docs/lampyr-controller.md`.
+//!
+//! A reconcile is a function of what it observes (the Revision, its children,
+//! the artifact) followed by idempotent writes: server-side applies with field
+//! manager [`FIELD_MANAGER`], and status writes only when the status changed.
+
+pub mod artifact;
+pub mod children;
+pub mod metrics;
+pub mod status;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use lampyr_api::conditions::revision;
+use lampyr_api::{CapacityGrant, Home, HomeStatus, Revision, RevisionStatus, RevisionTemplateSpec, keys};
+use lampyr_fiber::registry::RegistryError;
+use lampyr_fiber::translate::translate;
+use serde::Serialize;
+
+pub use artifact::{ArtifactProblem, ArtifactResolver, ResolvedArtifact};
+pub use children::{FIELD_MANAGER, GrantSizing, Ownership};
+pub use metrics::Metrics;
+
+/// The container name upstream's webhook defaults to.
+const DEFAULT_CONTAINER_NAME: &str = "user-container";
+
+/// What the controller needs to know that no Revision says.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// DNS name of the fiber-router Service every Revision's Service points at
+    /// (e.g. `fiber-router.lampyr-system.svc.cluster.local`).
+    pub router_service: String,
+    /// Grant images, instances and default size.
+    pub grant: GrantSizing,
+    /// Registries (`host:port`) reached over plain HTTP.
+    pub plain_http_registries: Vec<String>,
+    /// The content cache artifacts are pulled into.
+    pub cache_dir: PathBuf,
+    /// Reconcile Revisions of this namespace only (all namespaces when `None`).
+    pub namespace: Option<String>,
+    /// Revisions reconciled at once.
+    pub concurrency: u16,
+    /// Reconcile every Revision at least this often (a fallback: every input is watched).
+    pub resync: Duration,
+    /// First retry delay after a failed reconcile; doubles up to `retry_max`.
+    pub retry_base: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+}
+
+impl ControllerConfig {
+    /// A configuration with the defaults for everything but the router and the images.
+    pub fn new(router_service: impl Into<String>, grant_image: impl Into<String>, helper_image: impl Into<String>) -> Self {
+        ControllerConfig {
+            router_service: router_service.into(),
+            grant: GrantSizing {
+                default_fiber_slots: 10,
+                instances: 1,
+                grant_image: grant_image.into(),
+                helper_image: helper_image.into(),
+            },
+            plain_http_registries: Vec::new(),
+            cache_dir: std::env::temp_dir().join("lampyr-controller-cache"),
+            namespace: None,
+            concurrency: 8,
+            resync: Duration::from_secs(300),
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(300),
+        }
+    }
+
+    /// Refuses a configuration that would create objects the API server or the
+    /// grant controller reject: images not pinned by digest, no router, no instances.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |what: String| Err(Error::Config(what));
+        for (flag, image) in [("grant image", &self.grant.grant_image), ("helper image", &self.grant.helper_image)] {
+            if let Err(e) = artifact::parse_pinned(image) {
+                return bad(format!("the {flag} {image:?} must be pinned by digest (registry/repository@sha256:…): {e}"));
+            }
+            if image.starts_with("http://") || image.starts_with("https://") {
+                return bad(format!("the {flag} {image:?} must be a plain image reference, without a scheme"));
+            }
+        }
+        let router = &self.router_service;
+        let dns_ok = !router.is_empty()
+            && router.len() <= 253
+            && router.split('.').all(|l| {
+                !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            });
+        if !dns_ok {
+            return bad(format!("the router service {router:?} is not a DNS name (e.g. fiber-router.lampyr-system.svc.cluster.local)"));
+        }
+        if self.grant.instances < 1 || self.grant.default_fiber_slots < 1 {
+            return bad("grant instances and default fiber slots must be at least 1".into());
+        }
+        if self.concurrency == 0 {
+            return bad("concurrency must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why a reconcile failed (the status says why to the user; this says why to the operator).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request (retried with backoff).
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The artifact could not be resolved for a reason that may pass (status
+    /// written; retried with backoff).
+    #[error("snapshot artifact: {0}")]
+    Artifact(ArtifactProblem),
+    /// The registry client could not be created.
+    #[error("registry client: {0}")]
+    Registry(#[from] RegistryError),
+    /// An object could not be serialised (a bug).
+    #[error("serialising {what}: {source}")]
+    Serialize {
+        /// What.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The controller's configuration cannot work; the message says what to change.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// Lampyr's CRDs are not installed.
+    #[error("{0} (install them: kubectl apply --server-side -f config/crd/lampyr.yaml)")]
+    CrdsMissing(String),
+}
+
+impl Error {
+    /// A bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Artifact(p) => p.metric_label(),
+            Error::Registry(_) => "registry_client",
+            Error::Serialize { .. } => "serialize",
+            Error::Config(_) => "config",
+            Error::CrdsMissing(_) => "crds_missing",
+        }
+    }
+}
+
+/// Everything a reconcile uses.
+pub struct Context {
+    client: Client,
+    config: ControllerConfig,
+    artifacts: ArtifactResolver,
+    metrics: Metrics,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context for `config` (validated).
+    ///
+    /// Installs rustls' `ring` provider as the process default when none is set:
+    /// two providers are linked in (kube's `ring`, oci-client's `aws-lc-rs`), and
+    /// the registry client needs one chosen before its first TLS connection.
+    pub fn new(client: Client, config: ControllerConfig, metrics: Metrics) -> Result<Self, Error> {
+        config.validate()?;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let artifacts = ArtifactResolver::new(&config.cache_dir, &config.plain_http_registries)?;
+        Ok(Context { client, config, artifacts, metrics, failures: Mutex::new(HashMap::new()) })
+    }
+
+    /// The metrics this context records.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Checks that Lampyr's CRDs are served, so a missing install fails at start with the fix.
+pub async fn check_crds(client: &Client) -> Result<(), Error> {
+    let lp = ListParams::default().limit(1);
+    for result in [
+        Api::<Home>::all(client.clone()).list_metadata(&lp).await.map(drop),
+        Api::<CapacityGrant>::all(client.clone()).list_metadata(&lp).await.map(drop),
+    ] {
+        match result {
+            Ok(()) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Err(Error::CrdsMissing("the fiber.lampyr.dev CRDs (Home, CapacityGrant) are not installed".into()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the reconciler until `shutdown` completes (then finishes the reconciles
+/// in flight and returns).
+pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    check_crds(&context.client).await?;
+    let client = context.client.clone();
+    let config = &context.config;
+    let (revisions, homes, grants, services) = match &config.namespace {
+        Some(ns) => (
+            Api::<Revision>::namespaced(client.clone(), ns),
+            Api::<Home>::namespaced(client.clone(), ns),
+            Api::<CapacityGrant>::namespaced(client.clone(), ns),
+            Api::<Service>::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let ours = watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", children::MANAGED_BY_LABEL));
+    tracing::info!(namespace = ?config.namespace, router = %config.router_service, "lampyr-controller: reconciling Revisions");
+    Controller::new(revisions, watcher::Config::default())
+        .owns(homes, ours.clone())
+        .owns(grants, ours.clone())
+        .owns(services, ours)
+        .with_config(controller::Config::default().concurrency(config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context.clone())
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(revision = %object, "reconciled"),
+                Err(controller::Error::ReconcilerFailed(err, object)) => {
+                    tracing::warn!(revision = %object, error = %err, "reconcile failed; retrying with backoff");
+                }
+                Err(err) => tracing::warn!(error = %err, "controller"),
+            }
+        })
+        .await;
+    tracing::info!("lampyr-controller: stopped");
+    Ok(())
+}
+
+fn key(rev: &Revision) -> String {
+    ObjectRef::from_obj(rev).to_string()
+}
+
+/// Reconciles one Revision (see the module documentation).
+pub async fn reconcile(rev: Arc<Revision>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_revision(&rev, &ctx).await;
+    ctx.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
+    let label = match &result {
+        Ok(_) => "success",
+        Err(e) => e.metric_label(),
+    };
+    Metrics::count(&ctx.metrics.reconciles, "result", label);
+    if result.is_ok() {
+        ctx.failures().remove(&key(&rev));
+    }
+    result
+}
+
+/// Requeues a failed Revision with exponential backoff (per Revision, reset by a success).
+pub fn error_policy(rev: Arc<Revision>, err: &Error, ctx: Arc<Context>) -> Action {
+    let attempts = {
+        let mut failures = ctx.failures();
+        let n = failures.entry(key(&rev)).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(ctx.config.retry_base, ctx.config.retry_max, attempts);
+    tracing::info!(revision = %key(&rev), error = %err, attempts, ?delay, "will retry");
+    Action::requeue(delay)
+}
+
+/// `base × 2^(attempt-1)`, at most `max`.
+pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(20));
+    base.saturating_mul(factor).min(max)
+}
+
+async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Error> {
+    if rev.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes the children with it.
+        return Ok(Action::await_change());
+    }
+    let ns = rev.namespace().unwrap_or_default();
+    let name = rev.name_any();
+    let uid = rev.metadata.uid.clone().unwrap_or_default();
+    let now = Time(Timestamp::now());
+    let mut status = status::begin(rev.status.as_ref(), rev.metadata.generation.unwrap_or(0), &now);
+    let annotations = rev.metadata.annotations.clone().unwrap_or_default();
+    let container = rev.spec.containers.first();
+    let container_name = container.and_then(|c| c.name.clone()).unwrap_or_else(|| DEFAULT_CONTAINER_NAME.into());
+    let image = container.and_then(|c| c.image.clone()).unwrap_or_default();
+
+    // 1. The artifact, pulled by digest and verified (once per process).
+    let annotation = annotations.get(keys::SNAPSHOT_ARTIFACT).map(String::as_str);
+    let resolved = match annotation {
+        None => Err(ArtifactProblem::Missing),
+        Some(value) => ctx.artifacts.resolve(value).await,
+    };
+    let mut retry = None;
+    let mut deployable = true;
+    let artifact = match resolved {
+        Ok((artifact, pulled)) => {
+            tracing::debug!(revision = %key(rev), reference = %artifact.reference, pulled, "artifact verified");
+            if pulled {
+                Metrics::count(&ctx.metrics.artifact_pulls, "outcome", "verified");
+            }
+            status::artifact_resolved(&mut status, &container_name, &artifact.reference);
+            Some(artifact)
+        }
+        Err(problem) => {
+            Metrics::count(&ctx.metrics.artifact_failures, "problem", problem.metric_label());
+            let recorded = annotation
+                .and_then(|v| artifact::parse_pinned(v).ok())
+                .is_some_and(|p| status.container_statuses.iter().any(|c| c.image_digest == p.canonical));
+            deployable = false;
+            if problem.is_retryable() && recorded && status::initialized(&status) {
+                // Verified by an earlier reconcile (maybe of another controller
+                // process): keep the Revision as it is, retry the pull in the background.
+                tracing::warn!(revision = %key(rev), %problem, "cannot re-verify the artifact; keeping the Revision's state");
+            } else {
+                let (reason, message) = match &problem {
+                    ArtifactProblem::Invalid(m) => (status::REASON_INVALID_ARTIFACT, m.clone()),
+                    other => (
+                        revision::REASON_CONTAINER_MISSING,
+                        revision::container_missing_message(annotation.unwrap_or(&image), &other.to_string()),
+                    ),
+                };
+                status::artifact_failed(&mut status, reason, &message, &now);
+                status.container_statuses.clear();
+            }
+            if problem.is_retryable() {
+                retry = Some(problem);
+            }
+            None
+        }
+    };
+
+    // The sealed template, when given, must be a pinned reference too (fiberd pulls it).
+    let sealed = match annotations.get(keys::SEALED_TEMPLATE) {
+        None => None,
+        Some(value) => match artifact::parse_pinned(value) {
+            Ok(p) => Some(p.canonical),
+            Err(problem) => {
+                deployable = false;
+                let message = format!("{}: {problem}", keys::SEALED_TEMPLATE);
+                let message = revision::container_missing_message(value, &message);
+                status::artifact_failed(&mut status, revision::REASON_CONTAINER_MISSING, &message, &now);
+                None
+            }
+        },
+    };
+
+    // 2. The fiber policy, by the shared translation.
+    let template = RevisionTemplateSpec { metadata: rev.metadata.clone(), spec: rev.spec.clone() };
+    let policy = match translate(&template) {
+        Ok(policy) => Some(policy),
+        Err(unsupported) => {
+            deployable = false;
+            status::resources_failed(&mut status, status::REASON_UNSUPPORTED_FIELDS, &unsupported.to_string(), &now);
+            None
+        }
+    };
+
+    let homes: Api<Home> = Api::namespaced(ctx.client.clone(), &ns);
+    let grants: Api<CapacityGrant> = Api::namespaced(ctx.client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut home = homes.get_opt(&name).await?;
+    let mut grant = grants.get_opt(&name).await?;
+    let service = services.get_opt(&name).await?;
+
+    // 3 + 4. The children, never touching one this Revision does not control.
+    let not_owned = [
+        ("Home", children::ownership(home.as_ref(), &uid)),
+        ("CapacityGrant", children::ownership(grant.as_ref(), &uid)),
+        ("Service", children::ownership(service.as_ref(), &uid)),
+    ]
+    .into_iter()
+    .find(|(_, o)| *o == Ownership::NotOurs);
+    if let Some((kind, _)) = not_owned {
+        status::resources_failed(&mut status, revision::REASON_NOT_OWNED, &revision::resource_not_owned_message(kind, &name), &now);
+    } else if let (true, Some(artifact), Some(policy)) = (deployable, &artifact, &policy) {
+        let desired = children::home(rev, &artifact.reference, sealed.as_deref(), policy);
+        if !home.as_ref().is_some_and(|h| h.spec == desired.spec && children::meta_matches(&h.metadata, &desired.metadata)) {
+            home = Some(apply(&homes, &name, &desired, ctx, "Home").await?);
+        }
+        let desired = children::capacity_grant(rev, policy, artifact.fiber_memory_bytes, &ctx.config.grant);
+        if !grant.as_ref().is_some_and(|g| g.spec == desired.spec && children::meta_matches(&g.metadata, &desired.metadata)) {
+            grant = Some(apply(&grants, &name, &desired, ctx, "CapacityGrant").await?);
+        }
+        let desired = children::service(rev, &ctx.config.router_service);
+        if !service.as_ref().is_some_and(|s| children::service_matches(s, &desired)) {
+            apply(&services, &name, &desired, ctx, "Service").await?;
+        }
+    }
+
+    // 5 + 6. The Home's status from its grant and instances; the Revision's from the Home.
+    if not_owned.is_none()
+        && let Some(home) = home.as_ref()
+    {
+        let owned_grant = grant.as_ref().filter(|g| children::ownership(Some(*g), &uid) == Ownership::Ours);
+        let computed = status::home_status(home, owned_grant, &now);
+        if status::home_status_changed(home.status.as_ref(), &computed) {
+            write_home_status(&homes, home, &computed).await?;
+            Metrics::count(&ctx.metrics.status_writes, "object", "home");
+        }
+        if let (Some(policy), true) = (&policy, deployable || retry.is_some()) {
+            status::propagate_home(&mut status, &computed, policy, &now);
+        }
+    }
+
+    if rev.status.as_ref() != Some(&status) {
+        write_revision_status(ctx, &ns, &name, rev.status.as_ref(), &status).await?;
+        Metrics::count(&ctx.metrics.status_writes, "object", "revision");
+    }
+    match retry {
+        Some(problem) => Err(Error::Artifact(problem)),
+        None => Ok(Action::requeue(ctx.config.resync)),
+    }
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, desired: &K, ctx: &Context, kind: &'static str) -> Result<K, Error>
+where
+    K: Resource + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let applied = api.patch(name, &params, &Patch::Apply(desired)).await?;
+    Metrics::count(&ctx.metrics.child_applies, "kind", kind);
+    tracing::info!(kind, name, "applied");
+    Ok(applied)
+}
+
+async fn write_home_status(homes: &Api<Home>, home: &Home, computed: &HomeStatus) -> Result<(), Error> {
+    // Only the fields this controller owns: each fiberd owns its `instances` entry.
+    let owned = HomeStatus { instances: Vec::new(), ..computed.clone() };
+    let body = serde_json::json!({
+        "apiVersion": lampyr_api::fiber::FIBER_API_VERSION,
+        "kind": "Home",
+        "metadata": { "name": home.name_any() },
+        "status": owned,
+    });
+    homes.patch_status(&home.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+    Ok(())
+}
+
+async fn write_revision_status(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    stored: Option<&RevisionStatus>,
+    status: &RevisionStatus,
+) -> Result<(), Error> {
+    let mut value = serde_json::to_value(status).map_err(|source| Error::Serialize { what: "Revision status", source })?;
+    // A merge patch keeps what it does not mention: clear fields that were dropped.
+    if let (Some(stored), Some(map)) = (stored, value.as_object_mut()) {
+        let old = serde_json::to_value(stored).map_err(|source| Error::Serialize { what: "Revision status", source })?;
+        for key in old.as_object().into_iter().flat_map(|o| o.keys()) {
+            map.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+    revisions
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": value })))
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn backoff_doubles_up_to_the_limit() {
+        let (b, m) = (Duration::from_secs(1), Duration::from_secs(300));
+        let delays: Vec<u64> = (1..=10).map(|n| backoff(b, m, n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+        assert_eq!(backoff(b, m, u32::MAX), m);
+    }
+
+    #[test]
+    fn configuration_must_pin_images_and_name_a_router() {
+        let good = ControllerConfig::new(
+            "fiber-router.lampyr-system.svc.cluster.local",
+            format!("ghcr.io/lampyr/fiberd@{D}"),
+            format!("ghcr.io/lampyr/helper@{D}"),
+        );
+        assert!(good.validate().is_ok());
+        let mut c = good.clone();
+        c.grant.grant_image = "ghcr.io/lampyr/fiberd:latest".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("grant image") && err.contains("pinned by digest"), "{err}");
+        let mut c = good.clone();
+        c.grant.helper_image = format!("http://localhost:5000/helper@{D}");
+        assert!(c.validate().unwrap_err().to_string().contains("without a scheme"));
+        let mut c = good;
+        c.router_service = "Fiber Router".into();
+        assert!(c.validate().unwrap_err().to_string().contains("DNS name"));
+    }
+}
