@@ -8,8 +8,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use lampyr_fiber::seal::FleetKey;
-use lampyr_testenv::{TestRegistry, workspace_binary};
-use support::{Env, entry, hello_artifact, hello_policy, push, push_sealed, request, wait_entry};
+use lampyr_testenv::{TestRegistry, push_artifact, push_sealed, workspace_binary};
+use support::{Env, entry, hello_artifact, hello_policy, request, wait_entry};
 
 /// A child process killed if the test ends before it exits.
 struct Running(Child);
@@ -34,23 +34,19 @@ impl Running {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_serves_until_sigterm_then_removes_its_entries() {
     let env = Env::new("fiberd-bin").await;
     let registry = TestRegistry::start();
     let hello = hello_artifact(1024 * 1024);
-    let artifact = push(&registry, "lampyr/hello", &hello).await;
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello).await;
     let key = FleetKey::generate();
     let template = push_sealed(&registry, "lampyr/templates", &hello, &key).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, key.to_secret_string()).expect("key file");
     let log = std::fs::File::create(dir.path().join("fiberd.log")).expect("log");
-    let port = free_port();
+    let port = lampyr_testenv::cluster::free_port().expect("a free port");
     let address = format!("127.0.0.1:{port}");
 
     let fiberd = workspace_binary("lampyr-fiberd", "fiberd");

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams};
 use lampyr_fiber::seal::FleetKey;
-use lampyr_testenv::TestRegistry;
+use lampyr_testenv::{TestRegistry, push_artifact, push_sealed};
 use serde_json::json;
-use support::{Daemon, Env, entry, hello_artifact, hello_policy, http, push, push_sealed, wait_entry, wait_until};
+use support::{Daemon, Env, entry, hello_artifact, hello_policy, http, wait_entry, wait_until};
 
 const BODY: u64 = 1024 * 1024;
 const OTHER_BODY: u64 = 512 * 1024;
@@ -28,7 +28,7 @@ fn failed(e: Option<&lampyr_api::HomeInstance>) -> bool {
 async fn a_home_is_loaded_served_and_reloaded_on_a_new_generation() {
     let env = Env::new("fiberd-serve").await;
     let registry = TestRegistry::start();
-    let artifact = push(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
     let fiberd = Daemon::start(&env, "grant-a-0", &["grant-a"], &registry).await;
     let homes = env.homes();
 
@@ -72,7 +72,7 @@ async fn a_home_is_loaded_served_and_reloaded_on_a_new_generation() {
 async fn released_homes_lose_their_route_and_entry_and_shutdown_removes_the_rest() {
     let env = Env::new("fiberd-release").await;
     let registry = TestRegistry::start();
-    let artifact = push(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
     let fiberd = Daemon::start(&env, "grant-a-0", &["grant-a"], &registry).await;
     let homes = env.homes();
     for name in ["moved-00001", "deleted-00001", "kept-00001"] {
@@ -107,12 +107,12 @@ async fn released_homes_lose_their_route_and_entry_and_shutdown_removes_the_rest
 async fn homes_that_do_not_pull_or_verify_say_why_and_never_block_the_others() {
     let env = Env::new("fiberd-bad").await;
     let registry = TestRegistry::start();
-    let good = push(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    let good = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
     let other = hello_artifact(OTHER_BODY);
-    let tampered = push(&registry, "lampyr/tampered", &other).await;
+    let tampered = push_artifact(&registry, "lampyr/tampered", &other).await;
     // Its snapshot config is its own (the guest ELF is shared with the good artifact).
-    let verified = lampyr_fiber::artifact::verify_layout(&other.0, Some(&other.1)).expect("verifies");
-    let manifest_path = lampyr_fiber::artifact::layout::blob_path(&other.0, &verified.snapshot_manifest).expect("path");
+    let verified = lampyr_fiber::artifact::verify_layout(&other.layout, Some(&other.digest)).expect("verifies");
+    let manifest_path = lampyr_fiber::artifact::layout::blob_path(&other.layout, &verified.snapshot_manifest).expect("path");
     let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(manifest_path).expect("manifest")).expect("json");
     let config = manifest["config"]["digest"].as_str().expect("config digest").to_string();
     let stored = registry.blob_data_path(&config);
@@ -166,7 +166,7 @@ async fn sealed_templates_open_with_the_fleet_key_and_never_with_another() {
     let hello = hello_artifact(BODY);
     let other = hello_artifact(OTHER_BODY);
     // Only the sealed templates are in the registry: the artifacts themselves are not.
-    let pin = |artifact: &(std::path::PathBuf, String)| format!("{}/lampyr/hello@{}", registry.host(), artifact.1);
+    let pin = |artifact: &lampyr_testenv::Artifact| format!("{}/lampyr/hello@{}", registry.host(), artifact.digest);
     let template = push_sealed(&registry, "lampyr/templates", &hello, &key).await;
     let foreign = push_sealed(&registry, "lampyr/templates", &other, &FleetKey::generate()).await;
 
@@ -187,7 +187,7 @@ async fn sealed_templates_open_with_the_fleet_key_and_never_with_another() {
     let e = wait_entry(&homes, "mismatch-00001", "grant-a-0", "failed", failed).await.expect("entry");
     let message = e.message.expect("message");
     eprintln!("mismatch: {message}");
-    assert!(message.contains(&format!("seals artifact {}", hello.1)) && message.contains(&other.1), "{message}");
+    assert!(message.contains(&format!("seals artifact {}", hello.digest)) && message.contains(&other.digest), "{message}");
     for name in ["foreign-00001", "mismatch-00001"] {
         assert_eq!(fiberd.get(&env.ns, name).await.0, 404, "{name} is not served");
     }
@@ -202,7 +202,7 @@ async fn a_missing_fleet_key_is_named() {
     let template = push_sealed(&registry, "lampyr/templates", &hello, &FleetKey::generate()).await;
     let fiberd = Daemon::start(&env, "grant-a-0", &["grant-a"], &registry).await;
     let homes = env.homes();
-    let pin = format!("{}/lampyr/hello@{}", registry.host(), hello.1);
+    let pin = format!("{}/lampyr/hello@{}", registry.host(), hello.digest);
     env.create_home("sealed-00001", "grant-a", &pin, Some(&template), hello_policy()).await;
     let e = wait_entry(&homes, "sealed-00001", "grant-a-0", "failed", failed).await.expect("entry");
     let message = e.message.expect("message");
@@ -215,7 +215,7 @@ async fn a_missing_fleet_key_is_named() {
 async fn a_home_scales_to_zero_and_back() {
     let env = Env::new("fiberd-zero").await;
     let registry = TestRegistry::start();
-    let artifact = push(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
     let fiberd = Daemon::start(&env, "grant-a-0", &["grant-a"], &registry).await;
     let homes = env.homes();
     env.create_home("zero-00001", "grant-a", &artifact, None, hello_policy()).await;

@@ -1,13 +1,10 @@
 //! What fiberd's tests share: the real cluster environment with Lampyr's CRDs,
-//! example artifacts built once per process and pushed to a real registry,
-//! fiberd started in-process, and polling helpers.
+//! a namespace per test, fiberd started in-process, and polling helpers.
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -16,13 +13,10 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use lampyr_api::policy::{FiberPolicy, ScalingPolicy};
 use lampyr_api::{Home, HomeInstance, HomeSpec};
-use lampyr_fiber::artifact::reference::Repository;
-use lampyr_fiber::artifact::{BuildOptions, build_artifact};
-use lampyr_fiber::registry::RegistryClient;
-use lampyr_fiber::seal::{FleetKey, seal_artifact};
+use lampyr_fiber::seal::FleetKey;
 use lampyr_fiberd::{FiberdConfig, FiberdError, FleetKeySource, SecretKeyRef};
 use lampyr_router::ScalerConfig;
-use lampyr_testenv::{Cluster, TestRegistry, example_elf, repo_root, require_kvm};
+use lampyr_testenv::{Artifact, Cluster, TestRegistry, example_artifact, repo_root, require_kvm};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -109,38 +103,10 @@ pub fn hello_policy() -> FiberPolicy {
     }
 }
 
-/// The hello example built with `max_body` (a different size is a different artifact),
-/// once per process: (layout, digest).
-pub fn hello_artifact(max_body: u64) -> (PathBuf, String) {
-    static BUILT: OnceLock<Mutex<HashMap<u64, (PathBuf, String)>>> = OnceLock::new();
-    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    built
-        .entry(max_body)
-        .or_insert_with(|| {
-            let layout = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fiberd-hello-{max_body}"));
-            let _ = std::fs::remove_dir_all(&layout);
-            let opts = BuildOptions { max_body, heap_size: None };
-            let artifact = build_artifact(&example_elf("hello"), &layout, &opts).expect("hello builds");
-            (layout, artifact.digest)
-        })
-        .clone()
-}
-
-/// Pushes artifact `(layout, digest)` to `registry` at `path`; returns the Home reference.
-pub async fn push(registry: &TestRegistry, path: &str, artifact: &(PathBuf, String)) -> String {
-    let repo = Repository::parse(&format!("{}/{path}", registry.host())).expect("repository");
-    let client = RegistryClient::new([registry.host()]).expect("registry client");
-    client.push(&artifact.0, &artifact.1, &repo, None).await.expect("push").to_string()
-}
-
-/// Seals artifact `(layout, digest)` to `key` and pushes the template to `registry`
-/// at `path` (the artifact itself is not pushed); returns the template's reference.
-pub async fn push_sealed(registry: &TestRegistry, path: &str, artifact: &(PathBuf, String), key: &FleetKey) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sealed = seal_artifact(&artifact.0, &artifact.1, &key.public(), &dir.path().join("template.age")).expect("seals");
-    let repo = Repository::parse(&format!("{}/{path}", registry.host())).expect("repository");
-    let client = RegistryClient::new([registry.host()]).expect("registry client");
-    client.push_template(&sealed, &repo, None).await.expect("push template").to_string()
+/// The hello example's artifact with bodies of up to `max_body` bytes (a
+/// different size is a different artifact), built once per process.
+pub fn hello_artifact(max_body: u64) -> Artifact {
+    example_artifact("hello", max_body)
 }
 
 /// fiberd running in this process on a loopback port.
