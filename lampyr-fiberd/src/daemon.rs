@@ -236,6 +236,8 @@ struct Supervisor {
     last_write: Option<Instant>,
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// The spec whose loads are failing, if any: its retries back off.
+    failing: Option<(Option<String>, i64)>,
 }
 
 impl Supervisor {
@@ -252,6 +254,7 @@ impl Supervisor {
             last_write: None,
             retry_at: None,
             backoff,
+            failing: None,
         }
     }
 
@@ -330,8 +333,14 @@ impl Supervisor {
                 self.backend = Some(backend);
                 self.backoff = self.shared.config.retry_min;
                 self.retry_at = None;
+                self.failing = None;
             }
             Err(e) => {
+                if self.failing != Some(version(&home)) {
+                    // A new spec starts its retries afresh.
+                    self.backoff = self.shared.config.retry_min;
+                    self.failing = Some(version(&home));
+                }
                 tracing::warn!(home = %key_of(&home), generation, error = %e, retry_in = ?self.backoff, "not loaded");
                 self.shared.table.remove(&self.key);
                 self.backend = None;

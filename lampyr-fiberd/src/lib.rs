@@ -119,12 +119,19 @@ pub async fn run(
     Ok(())
 }
 
+/// Refuses a configuration fiberd cannot work with, naming the flag to fix.
 fn check(config: &FiberdConfig) -> Result<(), FiberdError> {
     if config.name.is_empty() {
         return Err(FiberdError::Config("the instance needs a name (--name, its grant Pod's name)".into()));
     }
     if config.grants.is_empty() || config.grants.iter().any(String::is_empty) {
         return Err(FiberdError::Config("give the CapacityGrants this instance serves (--grant NAME, repeatable)".into()));
+    }
+    if let Some(advertise) = &config.advertise {
+        let port = advertise.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
+        if port.and_then(|p| p.parse::<u16>().ok()).is_none_or(|p| p == 0) {
+            return Err(FiberdError::Config(format!("--advertise {advertise:?}: expected HOST:PORT")));
+        }
     }
     if config.max_concurrent_loads == 0 {
         return Err(FiberdError::Config("at least one load must be allowed at once".into()));
@@ -133,4 +140,31 @@ fn check(config: &FiberdConfig) -> Result<(), FiberdError> {
         return Err(FiberdError::Config("the status interval must be positive".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unusable_configurations_name_what_to_fix() {
+        let ok = FiberdConfig::new("grant-0", vec!["g".into()], "/tmp/cache");
+        assert!(check(&ok).is_ok());
+        let with = |f: &dyn Fn(&mut FiberdConfig)| {
+            let mut c = ok.clone();
+            f(&mut c);
+            check(&c).expect_err("refused").to_string()
+        };
+        assert!(with(&|c| c.name.clear()).contains("--name"));
+        assert!(with(&|c| c.grants.clear()).contains("--grant"));
+        assert!(with(&|c| c.max_concurrent_loads = 0).contains("load"));
+        for bad in ["10.0.0.7", ":8080", "10.0.0.7:x", "10.0.0.7:0"] {
+            assert!(with(&|c| c.advertise = Some(bad.into())).contains("HOST:PORT"), "{bad}");
+        }
+        for good in ["10.0.0.7:8080", "grant-0.fibers.svc:8080", "[::1]:8080"] {
+            let mut c = ok.clone();
+            c.advertise = Some(good.into());
+            assert!(check(&c).is_ok(), "{good}");
+        }
+    }
 }
