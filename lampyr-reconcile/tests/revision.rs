@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Service as CoreService;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use lampyr_api::conditions::{CONDITION_READY, revision};
+use lampyr_api::conditions::{CONDITION_READY, configuration, revision, service};
 use lampyr_api::fiber::home;
 use lampyr_api::{CapacityGrant, Configuration, Home, KnativeStatus, Revision, Service, keys};
 use lampyr_fiber::artifact::verify_layout;
@@ -193,7 +193,7 @@ async fn a_service_gets_home_grant_and_service_and_becomes_ready_with_a_simulate
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn h2c_revisions_get_port_81() {
+async fn h2c_revisions_get_port_81_and_sealed_templates_reach_the_home() {
     let cluster = Cluster::shared();
     install_crds(cluster).await;
     let ns = cluster.namespace("rev-h2c").await;
@@ -203,12 +203,17 @@ async fn h2c_revisions_get_port_81() {
     let artifact = push_hello(&registry, "lampyr/hello").await;
     let controller = Controller::start(client.clone(), config(&ns, &[registry.host()])).await;
     let container = json!({ "ports": [{ "name": "h2c", "containerPort": 8080 }] });
-    create_service(&client, &ns, &knative_service("grpc", &ns, Some(&artifact), container)).await;
+    let mut service = knative_service("grpc", &ns, Some(&artifact), container);
+    // A sealed template is passed on to fiberd (which pulls and opens it), spelled without a scheme.
+    let sealed = format!("{}/lampyr/templates@{DIGEST0}", registry.host());
+    service.spec.template.metadata.annotations.get_or_insert_default().insert(keys::SEALED_TEMPLATE.into(), format!("http://{sealed}"));
+    create_service(&client, &ns, &service).await;
     let svc = wait_for(&apis.services, "grpc-00001", "Service created", |_| true).await;
     let port = &svc.spec.expect("spec").ports.expect("ports")[0];
     assert_eq!((port.name.as_deref(), port.port), (Some("http2"), 81));
     let home = apis.homes.get("grpc-00001").await.expect("home");
     assert!(home.spec.policy.http2);
+    assert_eq!(home.spec.sealed_template.as_deref(), Some(sealed.as_str()));
     controller.stop().await;
 }
 
@@ -295,12 +300,13 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
         assert!(apis.grants.get_opt(&rev).await.expect("get").is_none(), "{rev} has no grant");
         assert!(apis.services.get_opt(&rev).await.expect("get").is_none(), "{rev} has no Service");
     }
-    let ksvc = wait_for(&apis.ksvcs, "other-abi", "failure propagated", |s| {
-        s.status.as_ref().and_then(|st| st.get_condition(CONDITION_READY)).is_some_and(|c| c.is_false())
-    })
-    .await;
-    let c = ksvc.status.expect("status").get_condition(CONDITION_READY).cloned().expect("Ready");
+    // (The Service's Ready may show the Route's failure instead: upstream picks the latest False.)
+    let configurations_ready = |s: &Service| s.status.as_ref().and_then(|st| st.get_condition(service::CONFIGURATIONS_READY)).cloned();
+    let ksvc = wait_for(&apis.ksvcs, "other-abi", "failure propagated", |s| configurations_ready(s).is_some_and(|c| c.is_false())).await;
+    let c = configurations_ready(&ksvc).expect("ConfigurationsReady");
+    assert_eq!(c.reason, configuration::REASON_REVISION_FAILED);
     assert!(c.message.contains("metadata abiVersion"), "{c:?}");
+    assert!(ksvc.status.as_ref().and_then(|s| s.get_condition(CONDITION_READY)).is_some_and(|c| c.is_false()));
 
     // Retryable problems are retried with backoff; the good Revision stays Ready.
     let failures = || controller.context.metrics().artifact_failures.get_or_create(&vec![("problem", "unreachable")]).get();
@@ -370,8 +376,12 @@ async fn restarting_the_controller_binary_mid_rollout_converges_without_duplicat
     let registry = TestRegistry::start();
     let artifact = push_hello(&registry, "lampyr/hello").await;
     let binary = lampyr_testenv::workspace_binary("lampyr-reconcile", "lampyr-controller");
-    let logs = tempfile::Builder::new().prefix("lampyr-controller-logs-").tempdir().expect("logs");
-    eprintln!("controller logs: {}", logs.path().display());
+    // The controller runs as its manifest's service account: the manifest's RBAC is what it may do.
+    cluster.apply_files(&[lampyr_testenv::repo_root().join("config/lampyr-controller.yaml")]).await.expect("manifest");
+    let kubeconfig = cluster.service_account_kubeconfig("lampyr-system", "lampyr-controller").await.expect("kubeconfig");
+    let lease = format!("lampyr-controller-{ns}");
+    let logs = scratch_dir("controller-logs", &ns);
+    eprintln!("controller logs: {}", logs.display());
     let admin_port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
         l.local_addr().expect("addr").port()
@@ -380,16 +390,16 @@ async fn restarting_the_controller_binary_mid_rollout_converges_without_duplicat
         let mut command = std::process::Command::new(&binary);
         command
             .arg("--kubeconfig")
-            .arg(cluster.kubeconfig())
-            .args(["--namespace", &ns, "--lease-namespace", &ns, "--identity", &format!("controller-{n}")])
+            .arg(&kubeconfig)
+            .args(["--namespace", &ns, "--lease-name", &lease, "--identity", &format!("controller-{n}")])
             .args(["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"])
             .args(["--grant-image", &grant_image(), "--helper-image", &helper_image()])
             .args(["--plain-http-registry", &registry.host()])
             .arg("--cache-dir")
-            .arg(logs.path().join(format!("cache-{n}")))
+            .arg(logs.join(format!("cache-{n}")))
             .args(["--metrics-addr", &format!("127.0.0.1:{admin_port}")])
             .env("RUST_LOG", "info,lampyr_reconcile=debug");
-        lampyr_testenv::Process::spawn("lampyr-controller", command, &logs.path().join(format!("controller-{n}.log")))
+        lampyr_testenv::Process::spawn("lampyr-controller", command, &logs.join(format!("controller-{n}.log")))
             .expect("start lampyr-controller")
     };
 

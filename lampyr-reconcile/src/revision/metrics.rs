@@ -64,3 +64,48 @@ impl Metrics {
         family.get_or_create(&vec![(key, value)]).inc();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Every registered metric is in `docs/lampyr-controller.md`'s table, and every one there is registered.
+    #[test]
+    fn the_documented_metrics_are_the_registered_ones() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default();
+        metrics.register(&mut registry);
+        // Families appear in the text format once they have a series.
+        Metrics::count(&metrics.reconciles, "result", "success");
+        Metrics::count(&metrics.artifact_pulls, "outcome", "verified");
+        Metrics::count(&metrics.artifact_failures, "problem", "missing");
+        Metrics::count(&metrics.status_writes, "object", "revision");
+        Metrics::count(&metrics.child_applies, "kind", "Home");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let registered: BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let mut parts = l.split_whitespace();
+                let name = parts.next().unwrap_or_default();
+                match parts.next() {
+                    Some("counter") => format!("{name}_total"),
+                    _ => name.to_string(),
+                }
+            })
+            .collect();
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/lampyr-controller.md")).unwrap();
+        let documented: BTreeSet<String> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .filter(|name| name.starts_with("lampyr_controller_"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(registered, documented);
+    }
+}

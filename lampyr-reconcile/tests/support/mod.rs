@@ -122,10 +122,19 @@ pub fn config(namespace: &str, plain_http: &[String]) -> ControllerConfig {
     let mut config = ControllerConfig::new("fiber-router.lampyr-system.svc.cluster.local", grant_image(), helper_image());
     config.namespace = Some(namespace.to_string());
     config.plain_http_registries = plain_http.to_vec();
-    config.cache_dir = tempfile::Builder::new().prefix("lampyr-controller-cache-").tempdir().expect("cache").keep();
+    config.cache_dir = scratch_dir("controller-cache", namespace);
     config.retry_base = Duration::from_millis(200);
     config.retry_max = Duration::from_secs(2);
     config
+}
+
+/// A fresh directory `<target tmp>/<kind>/<namespace>` (kept after the test for
+/// inspection; namespaces are numbered per run, so the next run starts it afresh).
+pub fn scratch_dir(kind: &str, namespace: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(kind).join(namespace);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("scratch directory");
+    dir
 }
 
 /// An in-process controller for one namespace, stopped (gracefully) on drop.
