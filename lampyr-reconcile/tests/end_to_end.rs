@@ -2,9 +2,6 @@
 //! with kubectl are reconciled by upstream Knative and Lampyr's controllers,
 //! served by fiberd (standing in for grant Pods) through fiber-router's own
 //! KIngress class. Real API server, real registry, real fibers under /dev/kvm.
-//!
-//! NOT YET PASSING: these tests are ignored (never counted as passed) until the
-//! stack comes up end to end; `cargo test -p lampyr-reconcile --test end_to_end -- --ignored`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -91,7 +88,6 @@ async fn answer(stack: &LampyrStack, host: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet passing: the whole stack did not come up within the session (issue #5); run with --ignored"]
 async fn a_knative_service_applied_with_kubectl_is_served_from_fibers() {
     let stack = stack();
     let ns = stack.cluster.namespace("e2e-hello").await;
@@ -112,7 +108,6 @@ async fn a_knative_service_applied_with_kubectl_is_served_from_fibers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet passing: the whole stack did not come up within the session (issue #5); run with --ignored"]
 async fn a_second_revision_a_50_50_split_and_tags() {
     let stack = stack();
     let ns = stack.cluster.namespace("e2e-split").await;
@@ -151,7 +146,6 @@ async fn a_second_revision_a_50_50_split_and_tags() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet passing: the whole stack did not come up within the session (issue #5); run with --ignored"]
 async fn a_revision_scales_to_zero_and_back() {
     let stack = stack();
     let ns = stack.cluster.namespace("e2e-zero").await;
@@ -177,7 +171,6 @@ async fn a_revision_scales_to_zero_and_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet passing: the whole stack did not come up within the session (issue #5); run with --ignored"]
 async fn bad_services_fail_with_a_clear_message_and_others_keep_serving() {
     let stack = stack();
     let ns = stack.cluster.namespace("e2e-bad").await;
@@ -211,7 +204,6 @@ async fn bad_services_fail_with_a_clear_message_and_others_keep_serving() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet passing: the whole stack did not come up within the session (issue #5); run with --ignored"]
 async fn restarts_of_the_controller_and_the_router_converge() {
     let stack = stack();
     let ns = stack.cluster.namespace("e2e-restart").await;

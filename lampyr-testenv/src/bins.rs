@@ -3,33 +3,59 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::OnceLock;
 
 use crate::guests::repo_root;
 
-/// Builds `bin` of workspace package `package` (a no-op when up to date) and
-/// returns its path. Panics with cargo's output when the build fails.
+/// Variables cargo sets for a running test that must not reach a nested cargo:
+/// build scripts and crates read some of them, so passing them on would make
+/// cargo rebuild dependencies the outer build has just compiled.
+const KEPT_CARGO_VARS: [&str; 9] = [
+    "CARGO_HOME",
+    "CARGO_TARGET_DIR",
+    "CARGO_INCREMENTAL",
+    "CARGO_TERM_COLOR",
+    "CARGO_BUILD_",
+    "CARGO_NET_",
+    "CARGO_HTTP_",
+    "CARGO_REGISTRIES_",
+    "CARGO_PROFILE_",
+];
+
+/// Returns the path of `bin` (of workspace package `package`), building the
+/// workspace's binaries first if they are out of date. Panics with cargo's
+/// output when the build fails.
 ///
-/// Runs `cargo build` with the test's own target directory and profile, so a
-/// binary `cargo test --workspace` has just built is reused as it is.
+/// Builds with `cargo test --workspace --no-run`, the feature set and profile
+/// `cargo test --workspace` uses, so under the suite it is a no-op and a
+/// single-package test run compiles nothing twice. Runs once per process.
 pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
-    static BUILD: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(repo_root())
-        .args(["build", "--quiet", "-p", package, "--bin", bin])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running cargo build for {bin}: {e}"));
-    assert!(
-        output.status.success(),
-        "cargo build -p {package} --bin {bin} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Err(why) = BUILT.get_or_init(build_workspace) {
+        panic!("building {bin} of {package}: {why}");
+    }
     let path = target_dir().join(bin);
-    assert!(path.is_file(), "cargo built {bin} but {} does not exist", path.display());
+    assert!(path.is_file(), "cargo built the workspace but {} (package {package}) does not exist", path.display());
     path
+}
+
+fn build_workspace() -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.current_dir(repo_root()).args(["test", "--workspace", "--no-run", "--quiet"]).stdin(Stdio::null());
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let set_by_cargo_for_tests = name.starts_with("CARGO") && !KEPT_CARGO_VARS.iter().any(|kept| name.starts_with(kept));
+        if set_by_cargo_for_tests || name == "OUT_DIR" || name == "LD_LIBRARY_PATH" {
+            command.env_remove(&*name);
+        }
+    }
+    let output = command.output().map_err(|e| format!("running cargo: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo test --workspace --no-run failed:\n{}", String::from_utf8_lossy(&output.stderr)))
+    }
 }
 
 /// `target/<profile>/`: the directory holding this test binary's `deps/`.
