@@ -10,7 +10,7 @@ use lampyr_fiber::artifact::{BuildOptions, build_artifact};
 use lampyr_fiber::registry::RegistryClient;
 use lampyr_fiber::seal::{FleetKey, seal_artifact};
 
-use crate::guests::example_elf;
+use crate::guests::{example_elf, test_guest_elf};
 use crate::registry::TestRegistry;
 
 /// Prefix of each test process's artifact directory; the pid follows.
@@ -40,6 +40,17 @@ pub struct Artifact {
 /// The artifact of example `name` (`examples/<name>`) with bodies of up to
 /// `max_body` bytes, built once per process (a second call returns the same one).
 pub fn example_artifact(name: &str, max_body: u64) -> Artifact {
+    cached_artifact(name, max_body, || example_elf(name))
+}
+
+/// The artifact of test guest `name` (`examples/testing`: `spin`, `panic`, …),
+/// built once per process like [`example_artifact`].
+pub fn test_guest_artifact(name: &str, max_body: u64) -> Artifact {
+    cached_artifact(&format!("testing-{name}"), max_body, || test_guest_elf(name))
+}
+
+/// The artifact `key` of the guest `elf` returns, built on first use.
+fn cached_artifact(key: &str, max_body: u64, elf: impl FnOnce() -> PathBuf) -> Artifact {
     static BUILT: OnceLock<Mutex<HashMap<(String, u64), Artifact>>> = OnceLock::new();
     let mut built = BUILT
         .get_or_init(|| {
@@ -49,14 +60,14 @@ pub fn example_artifact(name: &str, max_body: u64) -> Artifact {
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     built
-        .entry((name.to_string(), max_body))
+        .entry((key.to_string(), max_body))
         .or_insert_with(|| {
             let root = std::env::temp_dir().join(format!("{DIR_PREFIX}{}", std::process::id()));
-            let layout = root.join(format!("{name}-{max_body}"));
+            let layout = root.join(format!("{key}-{max_body}"));
             let _ = std::fs::remove_dir_all(&layout);
             let opts = BuildOptions { max_body, heap_size: None };
-            let artifact = build_artifact(&example_elf(name), &layout, &opts)
-                .unwrap_or_else(|e| panic!("building the {name} example's artifact: {e}"));
+            let artifact =
+                build_artifact(&elf(), &layout, &opts).unwrap_or_else(|e| panic!("building {key}'s artifact: {e}"));
             Artifact { layout, digest: artifact.digest }
         })
         .clone()

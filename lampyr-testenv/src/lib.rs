@@ -10,12 +10,14 @@ pub mod artifacts;
 pub mod bins;
 pub mod cluster;
 pub mod guests;
+pub mod knative_services;
 pub mod registry;
 pub mod stack;
 
-pub use artifacts::{Artifact, example_artifact, push_artifact, push_sealed};
+pub use artifacts::{Artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};
 pub use bins::workspace_binary;
 pub use cluster::{Cluster, Process};
+pub use knative_services::{PATIENCE, knative_service};
 pub use guests::{example_elf, repo_root, require_kvm, test_guest_elf};
 pub use registry::TestRegistry;
 pub use stack::LampyrStack;

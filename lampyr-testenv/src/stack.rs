@@ -160,6 +160,13 @@ impl LampyrStack {
         crate::artifacts::push_artifact(&self.registry, &format!("lampyr/{name}"), &artifact).await
     }
 
+    /// Builds test guest `name` (`spin`, `panic`, …) once and pushes it to the
+    /// registry at `lampyr/testing-<name>`; returns its digest-pinned reference.
+    pub async fn push_test_guest(&self, name: &str) -> String {
+        let artifact = crate::artifacts::test_guest_artifact(name, 64 * 1024);
+        crate::artifacts::push_artifact(&self.registry, &format!("lampyr/testing-{name}"), &artifact).await
+    }
+
     /// Sends `GET path` with `Host: host` to fiber-router; returns the status and body.
     pub async fn get(&self, host: &str, path: &str) -> Result<(u16, String), String> {
         let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;

@@ -6,14 +6,16 @@
 //! expanded, the listen and advertise addresses moved to a free loopback
 //! port) plus the test's extra arguments, and, once fiberd answers
 //! `/healthz`, reports the Pod Running and Ready with IP `127.0.0.1`, as a
-//! kubelet would. A Pod that is deleted has its process killed.
+//! kubelet would. A process that dies is started again on the same port after
+//! [`RESTART_DELAY`] (a kubelet restarting the container, with a short back-off).
+//! A Pod that is deleted has its process killed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -24,6 +26,9 @@ use super::process::Process;
 
 /// The label grant Pods carry.
 const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
+/// How long a dead fiberd stays down before it is started again (a kubelet's
+/// first back-off is 10 s; tests need less).
+pub const RESTART_DELAY: Duration = Duration::from_secs(1);
 
 /// Runs grant Pods as local fiberd processes until dropped.
 pub struct PodRunner {
@@ -36,6 +41,12 @@ pub struct PodRunner {
 struct Running {
     process: Process,
     port: u16,
+    /// The Pod, to start its process again after a crash.
+    pod: Pod,
+    /// When the process was first seen dead, while it waits for its restart.
+    died: Option<Instant>,
+    /// How many times the process was started again.
+    restarts: u32,
 }
 
 impl PodRunner {
@@ -75,9 +86,14 @@ impl PodRunner {
         running.iter().map(|(pod, r)| (pod.clone(), r.port)).collect()
     }
 
-    /// Kills the process of Pod `namespace/name` as a crash would; it is not
-    /// restarted while that Pod exists (its status is left as it was, as in the
-    /// seconds before a kubelet notices).
+    /// How many times the process of Pod `namespace/name` was started again.
+    pub fn restarts(&self, pod: &str) -> Option<u32> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).get(pod).map(|r| r.restarts)
+    }
+
+    /// Kills the process of Pod `namespace/name` as a crash would; it is
+    /// started again after [`RESTART_DELAY`] on the same port (its Pod status
+    /// is left as it was, as in the seconds before a kubelet notices).
     pub fn kill(&self, pod: &str) -> bool {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.get_mut(pod).map(|r| r.process.kill()).is_some()
@@ -113,18 +129,45 @@ async fn sync_once(
     let to_start: Vec<(String, Pod)> = {
         let mut state = running.lock().unwrap_or_else(|p| p.into_inner());
         state.retain(|key, _| live.contains_key(key));
+        restart_dead(&mut state, fiberd, extra_args, log_dir);
         live.iter().filter(|(key, _)| !state.contains_key(*key)).map(|(k, p)| (k.clone(), (*p).clone())).collect()
     };
     for (key, pod) in to_start {
         let port = super::free_port()?;
-        let command = fiberd_command(fiberd, &pod, port, extra_args)?;
-        let log = log_dir.join(format!("fiberd-{}.log", key.replace('/', "_")));
-        let process = Process::spawn("fiberd", command, &log)?;
-        running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Running { process, port });
+        let process = spawn_fiberd(fiberd, &key, &pod, port, extra_args, log_dir)?;
+        let entry = Running { process, port, pod: pod.clone(), died: None, restarts: 0 };
+        running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), entry);
         wait_healthy(port).await;
         report_ready(client, &pod).await?;
     }
     Ok(())
+}
+
+/// Starts the processes that have been dead for [`RESTART_DELAY`] again.
+fn restart_dead(state: &mut BTreeMap<String, Running>, fiberd: &Path, extra_args: &[String], log_dir: &Path) {
+    for (key, running) in state.iter_mut() {
+        if running.process.check_running().is_ok() {
+            continue;
+        }
+        let died = *running.died.get_or_insert_with(Instant::now);
+        if died.elapsed() < RESTART_DELAY {
+            continue;
+        }
+        match spawn_fiberd(fiberd, key, &running.pod, running.port, extra_args, log_dir) {
+            Ok(process) => {
+                running.process = process;
+                running.died = None;
+                running.restarts += 1;
+            }
+            Err(e) => eprintln!("pod runner: restarting {key}: {e}"),
+        }
+    }
+}
+
+/// Starts Pod `key`'s fiberd on `port`, logging to its file under `log_dir`.
+fn spawn_fiberd(fiberd: &Path, key: &str, pod: &Pod, port: u16, extra_args: &[String], log_dir: &Path) -> Result<Process, String> {
+    let command = fiberd_command(fiberd, pod, port, extra_args)?;
+    Process::spawn("fiberd", command, &log_dir.join(format!("fiberd-{}.log", key.replace('/', "_"))))
 }
 
 /// The fiberd container's command line, rewritten for a loopback process.
