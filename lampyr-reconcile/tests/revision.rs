@@ -339,6 +339,34 @@ async fn a_template_every_instance_fails_to_load_makes_the_revision_fail() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_revision_no_fiberd_loads_within_its_progress_deadline_fails_until_one_does() {
+    let cluster = Cluster::shared();
+    install_crds(cluster).await;
+    let ns = cluster.namespace("rev-deadline").await;
+    let client = cluster.client().await;
+    let apis = Apis::new(&client, &ns);
+    let registry = TestRegistry::start();
+    let artifact = push_hello(&registry, "lampyr/hello").await;
+    let controller = Controller::start(client.clone(), config(&ns, &[registry.host()])).await;
+    let mut service = knative_service("slow", &ns, Some(&artifact), json!({}));
+    let annotations = service.spec.template.metadata.annotations.get_or_insert_default();
+    annotations.insert(keys::PROGRESS_DEADLINE_ANNOTATION.into(), "3s".into());
+    create_service(&client, &ns, &service).await;
+    wait_for(&apis.grants, "slow-00001", "grant", |_| true).await;
+    grant_ready(&client, &ns, "slow-00001").await;
+
+    // The grant is Ready but no fiberd ever reports the template loaded.
+    let ready = failed(&apis, "slow-00001").await;
+    assert_eq!(ready.reason, revision::REASON_PROGRESS_DEADLINE_EXCEEDED);
+    assert!(ready.message.contains("progress deadline of 3s"), "{}", ready.message);
+
+    // A fiberd that loads it late still makes it Ready, as upstream recovers.
+    fiberd_reports(&client, &ns, "slow-00001", "grant-0", true, 1, None).await;
+    wait_for(&apis.revisions, "slow-00001", "Ready=True", |r| ready_is(r, "True")).await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_controller_never_touches_objects_it_does_not_own() {
     let cluster = Cluster::shared();
     install_crds(cluster).await;

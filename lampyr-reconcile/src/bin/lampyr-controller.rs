@@ -55,6 +55,11 @@ struct Args {
     /// Reconcile every Revision at least this often (Go duration).
     #[arg(long, default_value = "5m", value_parser = duration)]
     resync: Duration,
+    /// How long a new Revision may take to have its template loaded before it
+    /// is `ProgressDeadlineExceeded` (Go duration; a Revision's
+    /// `serving.knative.dev/progress-deadline` annotation overrides it).
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    progress_deadline: Duration,
     /// Address of the admin server (/metrics, /healthz, /readyz).
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
@@ -114,6 +119,7 @@ async fn run(args: Args) -> Result<(), String> {
     config.namespace = args.namespace.clone();
     config.concurrency = args.concurrency;
     config.resync = args.resync;
+    config.progress_deadline = args.progress_deadline;
 
     let metrics = Metrics::default();
     let mut registry = Registry::default();

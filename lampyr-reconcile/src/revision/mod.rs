@@ -63,6 +63,11 @@ pub struct ControllerConfig {
     pub retry_base: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
+    /// How long a new Revision may take to have its template loaded before it
+    /// fails with `ProgressDeadlineExceeded` (upstream's `config-deployment`
+    /// `progress-deadline`); a Revision's `serving.knative.dev/progress-deadline`
+    /// annotation overrides it.
+    pub progress_deadline: Duration,
 }
 
 impl ControllerConfig {
@@ -83,6 +88,7 @@ impl ControllerConfig {
             resync: Duration::from_secs(300),
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
+            progress_deadline: Duration::from_secs(600),
         }
     }
 
@@ -420,14 +426,44 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         }
     }
 
+    let deadline_in = progress_deadline_left(rev, ctx.config.progress_deadline, &now);
+    if deadline_in.is_some_and(|left| left.is_zero()) {
+        status::progress_deadline_exceeded(&mut status, progress_deadline(rev, ctx.config.progress_deadline), &now);
+    }
+
     if rev.status.as_ref() != Some(&status) {
         write_revision_status(ctx, &ns, &name, rev.status.as_ref(), &status).await?;
         Metrics::count(&ctx.metrics.status_writes, "object", "revision");
     }
     match retry {
         Some(problem) => Err(Error::Artifact(problem)),
+        // Look again when the deadline passes if nothing else happens by then.
+        None if !status::initialized(&status) => match deadline_in.filter(|left| !left.is_zero()) {
+            Some(left) => Ok(Action::requeue(left.min(ctx.config.resync))),
+            None => Ok(Action::requeue(ctx.config.resync)),
+        },
         None => Ok(Action::requeue(ctx.config.resync)),
     }
+}
+
+/// The Revision's progress deadline: its annotation, else the controller's default.
+fn progress_deadline(rev: &Revision, default: Duration) -> Duration {
+    rev.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::PROGRESS_DEADLINE_ANNOTATION))
+        .and_then(|text| lampyr_api::duration::parse_go_duration(text).ok())
+        .and_then(|d| d.non_negative())
+        .unwrap_or(default)
+}
+
+/// Time left until the Revision's progress deadline (zero once it has passed),
+/// counted from its creation; `None` when it has no creation time.
+fn progress_deadline_left(rev: &Revision, default: Duration, now: &Time) -> Option<Duration> {
+    let created = rev.metadata.creation_timestamp.as_ref()?.0;
+    let age = now.0.duration_since(created);
+    let age = Duration::try_from(age).unwrap_or(Duration::ZERO);
+    Some(progress_deadline(rev, default).saturating_sub(age))
 }
 
 async fn apply<K>(api: &Api<K>, name: &str, desired: &K, ctx: &Context, kind: &'static str) -> Result<K, Error>

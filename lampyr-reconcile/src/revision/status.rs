@@ -175,6 +175,27 @@ pub fn initialized(status: &RevisionStatus) -> bool {
     is_true(revision::RESOURCES_AVAILABLE) && is_true(revision::CONTAINER_HEALTHY)
 }
 
+/// The Revision was never initialised within its progress deadline:
+/// `ResourcesAvailable` False `ProgressDeadlineExceeded` (upstream's reason and
+/// message) with what it was still waiting for, unless something already
+/// failed it. A later load still makes it Ready ([`propagate_home`]).
+pub fn progress_deadline_exceeded(status: &mut RevisionStatus, deadline: std::time::Duration, now: &Time) {
+    if initialized(status) {
+        return;
+    }
+    let resources = status.get_condition(revision::RESOURCES_AVAILABLE).cloned().unwrap_or_default();
+    if resources.is_false() {
+        return;
+    }
+    let waiting = if resources.message.is_empty() { String::new() } else { format!(" (waiting for: {})", resources.message) };
+    let message = format!(
+        "{}: no fiberd loaded the template within the progress deadline of {}s{waiting}",
+        revision::MESSAGE_INITIAL_SCALE_NEVER_ACHIEVED,
+        deadline.as_secs()
+    );
+    status.manage_with_clock(now).mark_false(revision::RESOURCES_AVAILABLE, revision::REASON_PROGRESS_DEADLINE_EXCEEDED, &message);
+}
+
 /// Propagates the Home's status into the Revision's: `ResourcesAvailable` and
 /// `ContainerHealthy` True once the Home is Ready (grant Ready ∧ template
 /// loaded by ≥1 fiberd instance); False when the grant or every instance
@@ -363,5 +384,30 @@ mod tests {
         assert_eq!(ready.reason, revision::REASON_CONTAINER_MISSING);
         assert_eq!(rev_cond(&status, revision::RESOURCES_AVAILABLE).reason, revision::REASON_RESOLVING_DIGESTS);
         assert_eq!(status.observed_generation, 1);
+    }
+
+    #[test]
+    fn a_revision_never_initialised_exceeds_its_progress_deadline_and_recovers_on_load() {
+        let mut status = begin(None, 1, &at(0));
+        let waiting = home_status(&home_with(vec![]), Some(&grant(Some("True"))), &at(0));
+        propagate_home(&mut status, &waiting, &policy(), &at(0));
+        progress_deadline_exceeded(&mut status, std::time::Duration::from_secs(600), &at(600));
+        let resources = rev_cond(&status, revision::RESOURCES_AVAILABLE);
+        assert_eq!((resources.is_false(), resources.reason.as_str()), (true, revision::REASON_PROGRESS_DEADLINE_EXCEEDED));
+        assert!(resources.message.starts_with(revision::MESSAGE_INITIAL_SCALE_NEVER_ACHIEVED), "{}", resources.message);
+        assert!(resources.message.contains("600s"), "{}", resources.message);
+        assert!(status.get_condition(CONDITION_READY).is_some_and(Condition::is_false), "Ready follows");
+
+        // An earlier failure keeps its own reason.
+        let mut failed = begin(None, 1, &at(0));
+        resources_failed(&mut failed, REASON_UNSUPPORTED_FIELDS, "volumes", &at(0));
+        progress_deadline_exceeded(&mut failed, std::time::Duration::from_secs(1), &at(5));
+        assert_eq!(rev_cond(&failed, revision::RESOURCES_AVAILABLE).reason, REASON_UNSUPPORTED_FIELDS);
+
+        // A fiberd that loads the template later makes it Ready after all.
+        let loaded = home_status(&home_with(vec![instance("a", 2, true, 1, None)]), Some(&grant(Some("True"))), &at(700));
+        propagate_home(&mut status, &loaded, &policy(), &at(700));
+        assert!(initialized(&status));
+        assert!(status.get_condition(CONDITION_READY).is_some_and(Condition::is_true));
     }
 }
