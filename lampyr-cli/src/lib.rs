@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod commands;
+pub mod template_repository;
 pub mod ui;
 
 pub use args::Cli;
