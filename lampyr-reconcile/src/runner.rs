@@ -1,13 +1,16 @@
 //! What every Lampyr controller binary shares: its flags for the API server,
 //! the admin server and leader election, and the run loop that ties them to a
-//! controller's work and to SIGTERM. Binaries stay thin `main`s over this.
+//! controller's work and to SIGTERM. Binaries stay thin `main`s over this;
+//! process setup (logging, runtime, client, signals) is `lampyr_process`'s.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use lampyr_api::duration::parse_go_duration;
+use lampyr_process::{ClientError, default_identity, kube_client, shutdown_signal};
 use prometheus_client::registry::Registry;
 
 use crate::admin::{AdminServer, Health};
@@ -28,17 +31,57 @@ pub struct CommonArgs {
     /// Namespace of the leader-election Lease.
     #[arg(long, default_value = "lampyr-system")]
     pub lease_namespace: String,
+    /// Name of the leader-election Lease (default: the controller's name).
+    #[arg(long)]
+    pub lease_name: Option<String>,
     /// This replica's identity in the Lease (default: $POD_NAME, else the host name plus pid).
     #[arg(long)]
     pub identity: Option<String>,
+    /// How long a Lease holder's claim lasts without renewal (Go duration).
+    #[arg(long, default_value = "15s", value_parser = go_duration)]
+    pub lease_duration: Duration,
+    /// How long the holder keeps trying to renew before it stops working (Go duration).
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
+    pub renew_deadline: Duration,
+    /// How often candidates try the Lease and the holder renews it (Go duration).
+    #[arg(long, default_value = "2s", value_parser = go_duration)]
+    pub retry_period: Duration,
+}
+
+impl CommonArgs {
+    /// A client from `--kubeconfig`, or the inferred configuration.
+    pub async fn client(&self) -> Result<Client, ClientError> {
+        kube_client(self.kubeconfig.as_deref()).await
+    }
+
+    /// The Lease controller `component` competes for: `--lease-name` (default
+    /// `component`) in `--lease-namespace`, as `--identity`, with the flags' timings.
+    pub fn lease_config(&self, component: &str) -> LeaseConfig {
+        let name = self.lease_name.as_deref().unwrap_or(component);
+        let identity = self.identity.clone().unwrap_or_else(default_identity);
+        LeaseConfig {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            ..LeaseConfig::new(&self.lease_namespace, name, identity)
+        }
+    }
+}
+
+/// Parses a Go duration flag (`90s`, `5m`, `1h30m`) that must not be negative.
+pub fn go_duration(text: &str) -> Result<Duration, String> {
+    parse_go_duration(text)
+        .map_err(|e| e.to_string())?
+        .non_negative()
+        .ok_or_else(|| format!("{text:?} must not be negative"))
 }
 
 /// Why a controller process stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// No usable API server configuration.
-    #[error("cannot reach the API server: {0}")]
-    Config(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
     /// The admin server could not bind.
     #[error("cannot serve /metrics on {addr}: {source}")]
     Admin {
@@ -53,32 +96,8 @@ pub enum RunError {
     Leader(#[from] LeaderError),
 }
 
-/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-}
-
-/// A client from `--kubeconfig`, or the default configuration.
-pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, RunError> {
-    // Two rustls providers are linked in (kube's ring, oci-client's aws-lc-rs):
-    // choose one for the process before any TLS.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path).map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?
-        }
-        None => kube::Config::infer().await.map_err(|e| RunError::Config(e.to_string()))?,
-    };
-    Client::try_from(config).map_err(|e| RunError::Config(e.to_string()))
-}
-
 /// Runs `work` as controller `component`: serves the admin endpoints, holds
-/// the Lease `<lease-namespace>/<component>` while working when leader
+/// the Lease [`CommonArgs::lease_config`] names while working when leader
 /// election is on, and stops cleanly on SIGTERM or Ctrl-C.
 pub async fn run_controller<Work, Fut>(
     component: &str,
@@ -90,7 +109,7 @@ where
     Work: FnOnce(Client, Health) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let client = args.client().await?;
     let health = Health::default();
     let admin = AdminServer::bind(args.metrics_addr, registry, health.clone())
         .await
@@ -107,10 +126,9 @@ where
         working.await;
         return Ok(());
     }
-    let identity = args.identity.clone().unwrap_or_else(default_identity);
     let leader = health.check("leader");
     leader.set_not_ready("waiting for the lease");
-    let elector = LeaderElector::new(client, LeaseConfig::new(&args.lease_namespace, component, identity))?;
+    let elector = LeaderElector::new(client, args.lease_config(component))?;
     let mut leading = elector.subscribe();
     tokio::spawn(async move {
         while leading.changed().await.is_ok() {
@@ -125,26 +143,48 @@ where
     Ok(())
 }
 
-fn default_identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME") {
-        return pod;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}-{}", host.trim(), std::process::id())
-}
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    #[test]
+    fn the_lease_defaults_to_the_component_and_client_go_timings() {
+        let flags = Flags::parse_from(["controller", "--identity=replica-a"]);
+        let lease = flags.common.lease_config("fiberd-k8s-controller");
+        assert_eq!((lease.namespace.as_str(), lease.name.as_str()), ("lampyr-system", "fiberd-k8s-controller"));
+        assert_eq!(lease.identity, "replica-a");
+        let defaults = LeaseConfig::new("", "", "");
+        assert_eq!(
+            (lease.lease_duration, lease.renew_deadline, lease.retry_period),
+            (defaults.lease_duration, defaults.renew_deadline, defaults.retry_period)
+        );
+    }
+
+    #[test]
+    fn the_lease_flags_set_its_name_and_timings() {
+        let flags = Flags::parse_from([
+            "controller",
+            "--lease-namespace=ops",
+            "--lease-name=mine",
+            "--lease-duration=3s",
+            "--renew-deadline=2s",
+            "--retry-period=500ms",
+        ]);
+        let lease = flags.common.lease_config("fiberd-k8s-controller");
+        assert_eq!((lease.namespace.as_str(), lease.name.as_str()), ("ops", "mine"));
+        assert_eq!(
+            (lease.lease_duration, lease.renew_deadline, lease.retry_period),
+            (Duration::from_secs(3), Duration::from_secs(2), Duration::from_millis(500))
+        );
+        assert!(!lease.identity.is_empty());
+        assert!(Flags::try_parse_from(["controller", "--retry-period=-1s"]).is_err());
     }
 }

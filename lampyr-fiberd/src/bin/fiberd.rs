@@ -2,13 +2,13 @@
 //! fiber-router. A thin main over `lampyr_fiberd::run`; see `docs/fiberd.md`.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use lampyr_fiberd::{FiberdConfig, FleetKeySource, SecretKeyRef};
+use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::ScalerConfig;
 use tokio::net::TcpListener;
 
@@ -65,33 +65,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            ExitCode::FAILURE
-        }
-    }
+    lampyr_process::run_main("fiberd", run(Args::parse()))
 }
 
 async fn run(args: Args) -> Result<(), String> {
     let config = config(&args)?;
-    // More than one rustls provider is linked in; kube's is ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = client(args.kubeconfig.as_deref()).await?;
+    let client = kube_client(args.kubeconfig.as_deref()).await.map_err(|e| e.to_string())?;
     let listener = TcpListener::bind(args.listen).await.map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     lampyr_fiberd::run(config, client, listener, shutdown_signal()).await.map_err(|e| e.to_string())
 }
@@ -128,33 +107,4 @@ fn seconds(value: f64, flag: &str, zero_ok: bool) -> Result<Duration, String> {
         .ok()
         .filter(|d| zero_ok || !d.is_zero())
         .ok_or_else(|| format!("{flag} must be a {} number of seconds, not {value}", if zero_ok { "non-negative" } else { "positive" }))
-}
-
-async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("loading {}: {e}", path.display()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| format!("no Kubernetes configuration (in-cluster or kubeconfig): {e}"))?,
-    };
-    kube::Client::try_from(config).map_err(|e| format!("building a Kubernetes client: {e}"))
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on Ctrl-C only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("signal received");
 }

@@ -1,10 +1,15 @@
 //! `fiberd-k8s-controller`: the grant controller. Turns CapacityGrants into
 //! grant Pods running fiberd; see `lampyr_reconcile::grant`.
 
+use std::process::ExitCode;
+
 use clap::Parser;
+use lampyr_process::{run_main, shutdown_signal};
 use lampyr_reconcile::grant::{KvmAccess, PodSettings, run_grant_controller};
-use lampyr_reconcile::runner::{CommonArgs, init_tracing, run_controller, shutdown_signal};
+use lampyr_reconcile::runner::{CommonArgs, run_controller};
 use prometheus_client::registry::Registry;
+
+const COMPONENT: &str = "fiberd-k8s-controller";
 
 /// Flags of the grant controller.
 #[derive(Parser, Debug)]
@@ -24,9 +29,7 @@ struct Args {
     kvm_device_plugin: Option<String>,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    init_tracing();
+fn main() -> ExitCode {
     let args = Args::parse();
     let settings = PodSettings {
         service_account: args.service_account,
@@ -34,14 +37,8 @@ async fn main() -> std::process::ExitCode {
         kvm: args.kvm_device_plugin.map_or(KvmAccess::HostPath, KvmAccess::DevicePlugin),
         ..PodSettings::default()
     };
-    let run = run_controller("fiberd-k8s-controller", &args.common, Registry::default(), |client, _health| {
+    let run = run_controller(COMPONENT, &args.common, Registry::default(), |client, _health| {
         run_grant_controller(client, settings, shutdown_signal())
     });
-    match run.await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "fiberd-k8s-controller stopped");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    run_main(COMPONENT, run)
 }

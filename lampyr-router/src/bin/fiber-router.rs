@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::{ClusterConfig, ClusterRoutes, Exposure, FiberdConfig, HttpLimits, Router, RouterConfig};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -46,32 +46,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            ExitCode::FAILURE
-        }
-    }
+    lampyr_process::run_main("fiber-router", run(Args::parse()))
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    // More than one rustls provider is linked in; kube's is ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = client(args.kubeconfig.as_deref()).await?;
+    let client = kube_client(args.kubeconfig.as_deref()).await.map_err(|e| e.to_string())?;
     let registry = Registry::default();
     let router = Router::new(RouterConfig { drain_timeout: Duration::from_secs(args.drain_seconds), ..RouterConfig::default() }, registry);
     let mut config = ClusterConfig::new(args.service_dns);
@@ -107,32 +86,4 @@ async fn run(args: Args) -> Result<(), String> {
     }
     drop(routes);
     Ok(())
-}
-
-async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("loading {}: {e}", path.display()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| format!("no Kubernetes configuration (in-cluster or kubeconfig): {e}"))?,
-    };
-    kube::Client::try_from(config).map_err(|e| format!("building a Kubernetes client: {e}"))
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on Ctrl-C only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }
