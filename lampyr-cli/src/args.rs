@@ -44,6 +44,22 @@ pub enum Command {
     /// Build, move and check snapshot artifacts.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// Create customer-owned sources to edit.
+    #[command(subcommand)]
+    Scaffold(ScaffoldCommand),
+}
+
+/// `ly scaffold …`
+#[derive(Debug, Subcommand)]
+pub enum ScaffoldCommand {
+    /// Create a Workspace: `k8s/` with the bootstrap manifests and platform settings the `ly cluster` commands read.
+    Workspace {
+        /// Workspace root; created when missing. Other files in it are left alone.
+        dir: PathBuf,
+        /// Overwrite the Workspace files ly writes when they exist already (edits to them are lost).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// `ly snapshot …`

@@ -1,9 +1,10 @@
 //! Command implementations and the CLI's error type.
 
 pub mod run;
+pub mod scaffold;
 pub mod snapshot;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, ScaffoldCommand};
 use crate::ui::Ui;
 
 /// Why a command failed; each variant says what to do about it.
@@ -24,6 +25,9 @@ pub enum CliError {
     /// A manifest does not parse.
     #[error(transparent)]
     Manifest(#[from] lampyr_api::ManifestError),
+    /// A Workspace could not be scaffolded.
+    #[error(transparent)]
+    Scaffold(#[from] scaffold::ScaffoldError),
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
@@ -48,6 +52,11 @@ pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
         Command::Snapshot(cmd) => {
             let mut ui = ui;
             snapshot::run(cmd, &mut ui)
+        }
+        Command::Scaffold(ScaffoldCommand::Workspace { dir, force }) => {
+            let mut ui = ui;
+            scaffold::workspace(&dir, force, &mut ui).map(|_| ())?;
+            Ok(())
         }
         Command::Run { paths, listen, domain, watch, scale_to_zero_grace, scale_tick } => {
             let scaler = lampyr_router::ScalerConfig {

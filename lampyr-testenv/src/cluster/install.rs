@@ -1,7 +1,8 @@
 //! Installs upstream Knative Serving's CRDs, configuration, RBAC and webhook
-//! registrations from the pinned modules' `config/` manifests, by server-side apply.
+//! registrations from the pinned modules' `config/` manifests (read and filtered
+//! by `lampyr-manifests`, as `ly scaffold workspace` writes them), by server-side apply.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -9,7 +10,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
 use kube::Client;
-use serde::Deserialize;
+pub use lampyr_manifests::Document;
 
 use super::upstream::KnativeModules;
 
@@ -18,65 +19,27 @@ pub const SYSTEM_NAMESPACE: &str = "knative-serving";
 /// The field manager of everything the environment applies.
 const FIELD_MANAGER: &str = "lampyr-testenv";
 
-/// One parsed manifest document and the file it came from.
-pub struct Document {
-    /// The file, for error messages.
-    pub source: PathBuf,
-    /// The object.
-    pub object: serde_json::Value,
-}
-
-/// The CRD manifests: serving's `300-resources/` and networking's four.
-pub fn crd_files(modules: &KnativeModules) -> Result<Vec<PathBuf>, String> {
-    let mut files = yaml_files(&modules.serving.join("config/core/300-resources"))?;
-    for name in ["ingress.yaml", "certificate.yaml", "domain-claim.yaml", "serverlessservice.yaml"] {
-        files.push(modules.networking.join("config").join(name));
-    }
-    Ok(files)
-}
-
-/// The namespace, RBAC, configuration and webhook manifests the composed
-/// controller and the webhook need, activator objects left out.
-pub fn system_files(modules: &KnativeModules) -> Result<Vec<PathBuf>, String> {
-    let core = modules.serving.join("config/core");
-    let mut files = vec![core.join("100-namespace.yaml"), core.join("200-serviceaccount.yaml")];
-    files.extend(yaml_files(&core.join("200-roles"))?.into_iter().filter(|f| !f.ends_with("activator.yaml")));
-    files.extend(yaml_files(&core.join("configmaps"))?);
-    files.push(modules.networking.join("config/config-network.yaml"));
-    files.extend(yaml_files(&core.join("webhooks"))?);
-    Ok(files)
-}
-
-/// Whether a document is one of the activator's (not part of Lampyr's composition).
-pub fn is_activator_object(object: &serde_json::Value) -> bool {
-    let name = object.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap_or_default();
-    name == "activator" || name.starts_with("knative-serving-activator")
-}
-
-fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-/// Parses every non-empty document of `files`, in order.
+/// Parses every document of `files`, in order (each must be a named Kubernetes object).
 pub fn read_documents(files: &[PathBuf]) -> Result<Vec<Document>, String> {
     let mut documents = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let object = serde_json::Value::deserialize(document)
-                .map_err(|e| format!("parsing {}: {e}", file.display()))?;
-            if !object.is_null() {
-                documents.push(Document { source: file.clone(), object });
-            }
-        }
+        documents.extend(lampyr_manifests::read(file, &file.display().to_string()).map_err(|e| e.to_string())?);
     }
     Ok(documents)
+}
+
+/// Upstream Knative Serving's CRDs, as Lampyr installs them.
+pub fn knative_crds(modules: &KnativeModules) -> Result<Vec<Document>, String> {
+    lampyr_manifests::knative::crds(modules).map_err(|e| e.to_string())
+}
+
+/// Upstream Knative Serving's namespace, RBAC, configuration, certificate and
+/// webhook registrations, as Lampyr installs them (`lampyr_manifests::filter`:
+/// no stock controller, activator or autoscaler), minus every workload object:
+/// here the webhook and the controller run as local processes, not Pods.
+pub fn knative_system(modules: &KnativeModules) -> Result<Vec<Document>, String> {
+    let core = lampyr_manifests::knative::core(modules).map_err(|e| e.to_string())?;
+    Ok(core.kept.into_iter().filter(|d| !lampyr_manifests::is_workload(&d.object)).collect())
 }
 
 /// Server-side applies `documents` in order, resolving each kind through discovery.
@@ -87,7 +50,7 @@ pub async fn apply(client: &Client, documents: &[Document]) -> Result<(), String
         .map_err(|e| format!("API discovery failed: {e}"))?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for document in documents {
-        let where_ = || format!("{}", document.source.display());
+        let where_ = || document.origin.clone();
         let object: DynamicObject = serde_json::from_value(document.object.clone())
             .map_err(|e| format!("{}: not a Kubernetes object: {e}", where_()))?;
         let types = object.types.as_ref().ok_or_else(|| format!("{}: no apiVersion/kind", where_()))?;
@@ -163,5 +126,5 @@ pub fn webhook_service(port: u16) -> Document {
             "ports": [{ "name": "https-webhook", "port": 443, "targetPort": port }],
         },
     });
-    Document { source: PathBuf::from("(lampyr-testenv: webhook Service)"), object }
+    Document { origin: "(lampyr-testenv: webhook Service)".to_string(), text: String::new(), object }
 }

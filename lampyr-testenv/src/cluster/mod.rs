@@ -5,8 +5,10 @@
 //! - `etcd` and `kube-apiserver` (RBAC, client certificates, service-account tokens);
 //! - `kube-controller-manager` with the garbage collector (owner references),
 //!   the namespace controller and ClusterRole aggregation;
-//! - upstream Knative Serving's CRDs, namespace, RBAC and configuration from
-//!   the pinned modules' `config/`;
+//! - upstream Knative Serving's CRDs, namespace, RBAC, configuration and webhook
+//!   registrations from the pinned modules' `config/`, filtered by
+//!   `lampyr-manifests` exactly as `ly scaffold workspace` writes them (no stock
+//!   controller, activator or autoscaler), workload objects left out;
 //! - the upstream webhook, registered with the API server (it mints its own
 //!   certificate and fills in the `caBundle`) and reached through an
 //!   ExternalName Service naming `localhost`;
@@ -280,7 +282,7 @@ fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &str) -> Result<
 async fn boot() -> Result<Cluster, String> {
     let began = Instant::now();
     let binaries = Binaries::locate()?;
-    let modules = KnativeModules::locate()?;
+    let modules = KnativeModules::locate(&crate::guests::repo_root().join("knative")).map_err(|e| e.to_string())?;
     remove_stale_data_dirs();
     let dir = tempfile::Builder::new()
         .prefix(DATA_DIR_PREFIX)
@@ -392,11 +394,10 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
 /// Applies the CRDs, then the system manifests with the webhook routed to a
 /// fresh loopback port, which it returns.
 async fn install_knative(cluster: &Cluster, admin: &Client, modules: &KnativeModules) -> Result<u16, String> {
-    let crds = install::read_documents(&install::crd_files(modules)?)?;
+    let crds = install::knative_crds(modules)?;
     install::apply(admin, &crds).await?;
     install::wait_established(admin, &crds, Duration::from_secs(30)).await?;
-    let mut system = install::read_documents(&install::system_files(modules)?)?;
-    system.retain(|d| !install::is_activator_object(&d.object));
+    let mut system = install::knative_system(modules)?;
     let webhook_port = free_port()?;
     install::route_webhooks_to(&mut system, webhook_port);
     system.push(install::webhook_service(webhook_port));

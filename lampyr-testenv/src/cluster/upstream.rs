@@ -1,11 +1,14 @@
 //! Where the environment's pieces come from: the binaries `scripts/cluster-bins`
-//! builds from pinned Go modules, and the pinned Knative modules' `config/` manifests.
+//! builds from pinned Go modules, and the pinned Knative modules, whose `config/`
+//! manifests `lampyr-manifests` reads and filters (as `ly scaffold workspace` does).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use crate::guests::repo_root;
+
+pub use lampyr_manifests::KnativeModules;
 
 /// Environment variable naming a directory that already holds the six binaries.
 pub const BINS_ENV: &str = "LAMPYR_CLUSTER_BINS";
@@ -70,59 +73,4 @@ fn run_cluster_bins() -> Result<PathBuf, String> {
         return Err(format!("{} printed no directory", script.display()));
     }
     Ok(PathBuf::from(dir))
-}
-
-/// The directories of the pinned `knative.dev/serving` and `knative.dev/networking`
-/// modules (in the Go module cache), as `knative/go.mod` pins them.
-pub struct KnativeModules {
-    /// `knative.dev/serving@<version>`.
-    pub serving: PathBuf,
-    /// `knative.dev/networking@<version>`.
-    pub networking: PathBuf,
-}
-
-impl KnativeModules {
-    /// Asks `go list -m` (downloading the modules when they are not cached yet).
-    pub fn locate() -> Result<Self, String> {
-        let module_dir = |module: &str| -> Result<PathBuf, String> {
-            let knative = repo_root().join("knative");
-            let dir = go_module_dir(&knative, module)?;
-            match dir {
-                Some(dir) => Ok(dir),
-                None => {
-                    go(&knative, &["mod", "download", module])?;
-                    go_module_dir(&knative, module)?
-                        .ok_or_else(|| format!("go mod download {module} did not fetch it"))
-                }
-            }
-        };
-        Ok(KnativeModules {
-            serving: module_dir("knative.dev/serving")?,
-            networking: module_dir("knative.dev/networking")?,
-        })
-    }
-}
-
-fn go_module_dir(knative: &Path, module: &str) -> Result<Option<PathBuf>, String> {
-    let out = go(knative, &["list", "-m", "-f", "{{.Dir}}", module])?;
-    let dir = out.trim();
-    Ok((!dir.is_empty()).then(|| PathBuf::from(dir)))
-}
-
-fn go(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let output = Command::new("go")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .map_err(|e| format!("running go {}: {e} (Go must be on PATH)", args.join(" ")))?;
-    if !output.status.success() {
-        return Err(format!(
-            "go {} in {} failed: {}",
-            args.join(" "),
-            dir.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }

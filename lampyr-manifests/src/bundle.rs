@@ -1,0 +1,145 @@
+//! The files of a Workspace's `k8s/` directory.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::document::{Document, parse, read};
+use crate::filter::service_account;
+use crate::knative::LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;
+use crate::{Error, KnativeModules, knative};
+
+/// One file of `k8s/`.
+#[derive(Clone, Debug)]
+pub struct BundleFile {
+    /// File name, e.g. `knative-serving-core.yaml`.
+    pub name: &'static str,
+    /// What it installs, one line.
+    pub about: &'static str,
+    /// Its content: a comment header naming the source, then the documents.
+    pub text: String,
+}
+
+/// Lampyr's own manifests: `(file, about, path under the repository's config/)`.
+const LAMPYR_FILES: [(&str, &str, &str); 4] = [
+    ("lampyr-crds.yaml", "Lampyr's CRDs: CapacityGrant, Home and GrantPolicy (fiber.lampyr.dev)", "crd/lampyr.yaml"),
+    (
+        "lampyr-knative-controller.yaml",
+        "Lampyr's Knative controller: upstream's Service, Configuration, Route, Labeler, GC, namespace-certificate and DomainMapping reconcilers, unmodified",
+        "lampyr-knative-controller.yaml",
+    ),
+    (
+        "lampyr-controller.yaml",
+        "lampyr-controller: the Fiber Revision reconciler (Homes, CapacityGrants, per-Revision Services, Revision status)",
+        "lampyr-controller.yaml",
+    ),
+    (
+        "fiber-router.yaml",
+        "fiber-router: routes every Revision's requests to fiberd, buffers them while it scales from zero, and implements its own KIngress class",
+        "fiber-router.yaml",
+    ),
+];
+
+/// The files of `k8s/`, in the order they are applied: Knative's CRDs and
+/// filtered core from `modules`, then Lampyr's from `config_dir` (the
+/// repository's `config/`). `lampyr_version` is named in every header.
+///
+/// Checks what it produces: every file parses back into the same objects, and
+/// every ServiceAccount a workload runs as is defined in some file.
+pub fn bundle(modules: &KnativeModules, config_dir: &Path, lampyr_version: &str) -> Result<Vec<BundleFile>, Error> {
+    let release = knative::release(&modules.serving)?;
+    let serving = format!("{} {} (Knative {release})", modules.serving.path, modules.serving.version);
+    let networking = format!("{} {}", modules.networking.path, modules.networking.version);
+    let written_by = format!(
+        "Written by `ly scaffold workspace` (Lampyr {lampyr_version}). Customer-editable: the\n\
+         `ly cluster` commands apply this file as it stands in the Workspace."
+    );
+
+    let mut files = Vec::new();
+    let crds = knative::crds(modules)?;
+    let header = format!(
+        "Source: {serving}, {}/*.yaml,\n\
+         \x20       and {networking}, config/{{{}}}.\n\
+         {written_by}",
+        knative::SERVING_CRDS_DIR,
+        knative::NETWORKING_CRDS.map(|f| f.trim_end_matches(".yaml")).join(","),
+    );
+    files.push(render(
+        "knative-serving-crds.yaml",
+        "Knative Serving's CRDs (serving.knative.dev, autoscaling.internal.knative.dev, networking.internal.knative.dev)",
+        &header,
+        &crds,
+        true,
+    ));
+
+    let core = knative::core(modules)?;
+    let mut header = format!(
+        "Source: {serving}, {}/ (all but the CRDs),\n\
+         \x20       and {networking}, {};\n\
+         \x20       ko:// images resolved to the Knative {release} release's ({}).\n\
+         Removed by Lampyr's filter (see docs/ly-workspace.md):\n",
+        knative::SERVING_CORE_DIR,
+        knative::CONFIG_NETWORK,
+        knative::RELEASE_REGISTRY,
+    );
+    for removed in &core.removed {
+        let _ = writeln!(header, "  {}: {}", removed.document.id(), removed.reason);
+    }
+    header.push_str(&written_by);
+    files.push(render(
+        "knative-serving-core.yaml",
+        "Knative Serving's namespace, RBAC, configuration, internal certificate and webhook, without the stock controller, activator and autoscaler",
+        &header,
+        &core.kept,
+        true,
+    ));
+
+    for (name, about, path) in LAMPYR_FILES {
+        let documents = read(&config_dir.join(path), &format!("config/{path}"))?;
+        let header = format!("Source: Lampyr {lampyr_version}, config/{path}.\n{written_by}");
+        files.push(render(name, about, &header, &documents, false));
+    }
+    check(&files)?;
+    Ok(files)
+}
+
+/// A header of `#` lines, then each document after a `---`.
+fn render(name: &'static str, about: &'static str, header: &str, documents: &[Document], per_document_source: bool) -> BundleFile {
+    let mut text = format!("# k8s/{name}: {about}.\n#\n");
+    for line in header.lines() {
+        let _ = writeln!(text, "# {line}");
+    }
+    for document in documents {
+        text.push_str("---\n");
+        if per_document_source {
+            let _ = writeln!(text, "# Source: {}", document.origin);
+        }
+        text.push_str(&document.text);
+    }
+    BundleFile { name, about, text }
+}
+
+fn check(files: &[BundleFile]) -> Result<(), Error> {
+    let mut documents = Vec::new();
+    for file in files {
+        documents.extend(parse(&file.text, &format!("k8s/{}", file.name))?);
+    }
+    let accounts: BTreeSet<(String, String)> = documents
+        .iter()
+        .filter(|d| d.kind() == "ServiceAccount" && d.group().is_empty())
+        .map(|d| (d.namespace().unwrap_or("default").to_string(), d.name().to_string()))
+        .collect();
+    let mut needed: Vec<((String, String), String)> =
+        documents.iter().filter_map(|d| service_account(d).map(|a| (a, d.id()))).collect();
+    let (namespace, name) = LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;
+    needed.push(((namespace.to_string(), name.to_string()), "Lampyr's Knative controller".to_string()));
+    for ((namespace, name), user) in needed {
+        let builtin = name == "default";
+        if !builtin && !accounts.contains(&(namespace.clone(), name.clone())) {
+            return Err(Error::Inconsistent(format!(
+                "{user} runs as service account {namespace}/{name}, which no k8s/ file defines (did the filter remove it?)"
+            )));
+        }
+    }
+    Ok(())
+}

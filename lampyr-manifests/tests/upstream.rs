@@ -1,0 +1,164 @@
+//! The filter and the bundle against the real pinned Knative modules (found,
+//! or downloaded, with `go` from `knative/go.mod`).
+
+use std::path::{Path, PathBuf};
+
+use lampyr_manifests::{Document, KnativeModules, bundle, knative};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn modules() -> KnativeModules {
+    KnativeModules::locate(&repo().join("knative")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn ids(documents: &[Document]) -> Vec<String> {
+    documents.iter().map(Document::id).collect()
+}
+
+#[test]
+fn the_filter_removes_exactly_the_stock_controller_activator_and_autoscaler() {
+    let modules = modules();
+    let core = knative::core(&modules).expect("core manifests");
+    let removed: Vec<(String, String)> =
+        core.removed.iter().map(|r| (r.document.id(), r.reason.to_string())).collect();
+    let expected = [
+        ("Role knative-serving/knative-serving-activator", "only removed bindings grant it"),
+        ("ClusterRole knative-serving-activator-cluster", "only removed bindings grant it"),
+        ("ServiceAccount knative-serving/activator", "only removed workloads run as it"),
+        ("RoleBinding knative-serving/knative-serving-activator", "binds only removed service accounts"),
+        ("ClusterRoleBinding knative-serving-activator-cluster", "binds only removed service accounts"),
+        ("Image knative-serving/queue-proxy", "workload of the stock queue-proxy"),
+        ("HorizontalPodAutoscaler knative-serving/activator", "workload of the stock activator"),
+        ("PodDisruptionBudget knative-serving/activator-pdb", "workload of the stock activator"),
+        ("Deployment knative-serving/activator", "workload of the stock activator"),
+        ("Service knative-serving/activator-service", "workload of the stock activator"),
+        ("Deployment knative-serving/autoscaler", "workload of the stock autoscaler"),
+        ("Service knative-serving/autoscaler", "workload of the stock autoscaler"),
+        ("Deployment knative-serving/controller", "workload of the stock controller"),
+        ("Service knative-serving/controller", "workload of the stock controller"),
+    ];
+    let expected: Vec<(String, String)> = expected.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert_eq!(removed, expected);
+
+    let kept = ids(&core.kept);
+    for must in [
+        "Namespace knative-serving",
+        "ServiceAccount knative-serving/controller",
+        "ClusterRole knative-serving-admin",
+        "ClusterRoleBinding knative-serving-controller-admin",
+        "ClusterRoleBinding knative-serving-controller-addressable-resolver",
+        "ClusterRole knative-serving-core",
+        "ClusterRole knative-serving-namespaced-admin",
+        "ClusterRole knative-serving-podspecable-binding",
+        "Certificate knative-serving/routing-serving-certs",
+        "ConfigMap knative-serving/config-autoscaler",
+        "ConfigMap knative-serving/config-defaults",
+        "ConfigMap knative-serving/config-deployment",
+        "ConfigMap knative-serving/config-domain",
+        "ConfigMap knative-serving/config-features",
+        "ConfigMap knative-serving/config-gc",
+        "ConfigMap knative-serving/config-network",
+        "Deployment knative-serving/webhook",
+        "Service knative-serving/webhook",
+        "HorizontalPodAutoscaler knative-serving/webhook",
+        "PodDisruptionBudget knative-serving/webhook-pdb",
+        "Secret knative-serving/webhook-certs",
+        "MutatingWebhookConfiguration webhook.serving.knative.dev",
+        "ValidatingWebhookConfiguration validation.webhook.serving.knative.dev",
+        "ValidatingWebhookConfiguration config.webhook.serving.knative.dev",
+    ] {
+        assert!(kept.contains(&must.to_string()), "{must} must be kept; kept: {kept:#?}");
+    }
+    // Nothing of the removed components survives, under any kind.
+    for document in &core.kept {
+        let component = document.label("app.kubernetes.io/component").unwrap_or_default();
+        if matches!(component, "activator" | "autoscaler" | "controller" | "queue-proxy") {
+            assert!(
+                matches!(document.kind(), "ConfigMap" | "ServiceAccount" | "ClusterRoleBinding"),
+                "{} of the {component} is kept",
+                document.id()
+            );
+        }
+        assert!(!document.name().contains("activator"), "{} kept", document.id());
+    }
+}
+
+#[test]
+fn images_are_the_knative_release_and_no_devel_label_remains() {
+    let modules = modules();
+    assert_eq!(modules.serving.version, "v0.42.2", "knative/go.mod's pin; update the expectations with it");
+    let release = knative::release(&modules.serving).expect("release");
+    assert_eq!(release, "1.15.2");
+    let core = knative::core(&modules).expect("core manifests");
+    let webhook = core.kept.iter().find(|d| d.id() == "Deployment knative-serving/webhook").expect("webhook");
+    assert_eq!(
+        webhook.object.pointer("/spec/template/spec/containers/0/image").and_then(|v| v.as_str()),
+        Some("gcr.io/knative-releases/knative.dev/serving/cmd/webhook:v1.15.2")
+    );
+    let crds = knative::crds(&modules).expect("CRDs");
+    for document in core.kept.iter().chain(&crds) {
+        assert!(!document.text.contains("ko://"), "{} keeps a ko:// reference", document.id());
+        let version = document.label("app.kubernetes.io/version");
+        assert!(version.is_none() || version == Some("1.15.2"), "{}: version label {version:?}", document.id());
+    }
+}
+
+#[test]
+fn the_crds_are_servings_and_networkings() {
+    let crds = knative::crds(&modules()).expect("CRDs");
+    let mut names: Vec<&str> = crds.iter().map(Document::name).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "certificates.networking.internal.knative.dev",
+            "clusterdomainclaims.networking.internal.knative.dev",
+            "configurations.serving.knative.dev",
+            "domainmappings.serving.knative.dev",
+            "ingresses.networking.internal.knative.dev",
+            "metrics.autoscaling.internal.knative.dev",
+            "podautoscalers.autoscaling.internal.knative.dev",
+            "revisions.serving.knative.dev",
+            "routes.serving.knative.dev",
+            "serverlessservices.networking.internal.knative.dev",
+            "services.serving.knative.dev",
+        ]
+    );
+}
+
+#[test]
+fn the_bundle_names_its_sources_and_parses_back() {
+    let modules = modules();
+    let files = bundle(&modules, &repo().join("config"), "9.9.9").expect("bundle");
+    let names: Vec<&str> = files.iter().map(|f| f.name).collect();
+    assert_eq!(
+        names,
+        [
+            "knative-serving-crds.yaml",
+            "knative-serving-core.yaml",
+            "lampyr-crds.yaml",
+            "lampyr-knative-controller.yaml",
+            "lampyr-controller.yaml",
+            "fiber-router.yaml",
+        ]
+    );
+    for file in &files {
+        assert!(file.text.starts_with(&format!("# k8s/{}: ", file.name)), "{}", file.name);
+        let header: String = file.text.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n");
+        let source = if file.name.starts_with("knative-") {
+            format!("knative.dev/serving {} (Knative 1.15.2)", modules.serving.version)
+        } else {
+            "Lampyr 9.9.9, config/".to_string()
+        };
+        assert!(header.contains(&source), "{}'s header does not name {source}:\n{header}", file.name);
+        let documents = lampyr_manifests::parse(&file.text, file.name).expect("parses back");
+        assert!(!documents.is_empty(), "{} is empty", file.name);
+    }
+    let core = &files[1].text;
+    assert!(core.contains("#   Deployment knative-serving/activator: workload of the stock activator"), "{core}");
+    assert!(core.contains("# Source: knative.dev/serving@v0.42.2/config/core/deployments/webhook.yaml"));
+    // Upstream's licence headers travel with their documents.
+    assert!(core.contains("Licensed under the Apache License, Version 2.0"));
+}
