@@ -193,7 +193,15 @@ async fn a_killed_fiberd_fails_in_flight_requests_fast_and_serving_recovers() {
             (stack.get(&host, "/loop").await, sent.elapsed())
         }
     });
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    stack
+        .poll("the looping request executing in a fiber", POLL, async || {
+            let mut executing = 0;
+            for pod in &pods {
+                executing += stack.fibers_in_flight(pod).await;
+            }
+            (executing > 0).then_some(())
+        })
+        .await;
     assert!(!in_flight.is_finished(), "the looping request is still running before the crash");
     for pod in &pods {
         assert!(stack.pods.kill(pod), "kill {pod}");
@@ -212,3 +220,4 @@ async fn a_killed_fiberd_fails_in_flight_requests_fast_and_serving_recovers() {
         assert!(stack.pods.restarts(pod).unwrap_or(0) >= 1, "{pod} was started again");
     }
 }
+

@@ -167,6 +167,20 @@ impl LampyrStack {
         crate::artifacts::push_artifact(&self.registry, &format!("lampyr/testing-{name}"), &artifact).await
     }
 
+    /// Requests executing in fibers of the fiberd of grant Pod `namespace/name`,
+    /// from its `/metrics` (0 when it does not answer).
+    pub async fn fibers_in_flight(&self, pod: &str) -> u64 {
+        let Some(port) = self.pods.ports().get(pod).copied() else { return 0 };
+        let Ok(response) = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await else { return 0 };
+        let text = response.text().await.unwrap_or_default();
+        let executing: f64 = text
+            .lines()
+            .filter(|line| line.starts_with("lampyr_fiber_in_flight"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        executing as u64
+    }
+
     /// Sends `GET path` with `Host: host` to fiber-router; returns the status and body.
     pub async fn get(&self, host: &str, path: &str) -> Result<(u16, String), String> {
         let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
