@@ -47,6 +47,67 @@ pub enum Command {
     /// Create customer-owned sources to edit.
     #[command(subcommand)]
     Scaffold(ScaffoldCommand),
+    /// Install, check, or remove Lampyr on an existing Kubernetes context.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// `ly cluster …`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Install (or reinstall) Lampyr from the Workspace's k8s/ and the platform settings.
+    Install {
+        /// Context, Workspace and settings.
+        #[command(flatten)]
+        options: ClusterOptions,
+        /// Install the shared Knative Eventing substrate (not yet supported).
+        #[arg(long)]
+        eventing: bool,
+        /// External provider identity (not yet supported: omit it to use an existing context).
+        #[arg(long)]
+        provider: Option<String>,
+    },
+    /// Check each component; exit code 1 when any check fails.
+    Health {
+        /// Context, Workspace and settings.
+        #[command(flatten)]
+        options: ClusterOptions,
+    },
+    /// Remove Lampyr (what install created) and the fleet key; the cluster is kept.
+    Uninstall {
+        /// Context, Workspace and settings.
+        #[command(flatten)]
+        options: ClusterOptions,
+        /// Ask the provider to delete the cluster (refused without a recorded provider).
+        #[arg(long)]
+        delete_cluster: bool,
+        /// External provider identity (not yet supported).
+        #[arg(long)]
+        provider: Option<String>,
+    },
+}
+
+/// Options every `ly cluster` command takes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ClusterOptions {
+    /// Exact Kubernetes context (default: the kubeconfig's current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Kubeconfig file (default: KUBECONFIG, else ~/.kube/config); its credentials are used unchanged.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Workspace root holding k8s/ (default: the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// JSON/YAML platform settings overriding the Workspace's k8s/platform.yaml.
+    #[arg(long)]
+    pub provider_config: Option<PathBuf>,
+    /// Apply (or delete) without prompting.
+    #[arg(long)]
+    pub approve_provider_manifests: bool,
+    /// Never prompt (implies approval of the shown plan).
+    #[arg(long)]
+    pub non_interactive: bool,
 }
 
 /// `ly scaffold …`

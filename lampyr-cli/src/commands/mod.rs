@@ -1,5 +1,6 @@
 //! Command implementations and the CLI's error type.
 
+pub mod cluster;
 pub mod run;
 pub mod scaffold;
 pub mod snapshot;
@@ -28,6 +29,9 @@ pub enum CliError {
     /// A Workspace could not be scaffolded.
     #[error(transparent)]
     Scaffold(#[from] scaffold::ScaffoldError),
+    /// A `ly cluster` command failed.
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterError),
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
@@ -56,6 +60,11 @@ pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
         Command::Scaffold(ScaffoldCommand::Workspace { dir, force }) => {
             let mut ui = ui;
             scaffold::workspace(&dir, force, &mut ui).map(|_| ())?;
+            Ok(())
+        }
+        Command::Cluster(cmd) => {
+            let mut ui = ui;
+            cluster::run(cmd, &mut ui)?;
             Ok(())
         }
         Command::Run { paths, listen, domain, watch, scale_to_zero_grace, scale_tick } => {

@@ -1,0 +1,199 @@
+//! `ly cluster health`: one pass/fail line per component, exit code 1 when any fails.
+
+use serde_json::Value;
+
+use super::kubectl::{Kubectl, KubectlError};
+use super::plan::{GRANT_POLICY, INSTALLATION, ObjectRef, SYSTEM_NAMESPACE};
+use super::{ClusterError, FLEET_KEY_SECRET, read_plan};
+use crate::ui::{Color, Ui};
+
+/// What to install when cert-manager is missing.
+pub const CERT_MANAGER_ADVICE: &str = "install cert-manager (https://cert-manager.io/docs/installation/) and its csi-driver \
+     (https://cert-manager.io/docs/usage/csi-driver/installation/) yourself; ly does not carry their manifests and never upgrades them";
+
+/// One health check's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    /// The component.
+    pub component: &'static str,
+    /// Whether it passed.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+}
+
+impl Check {
+    fn new(component: &'static str, result: Result<String, String>) -> Self {
+        match result {
+            Ok(detail) => Check { component, ok: true, detail },
+            Err(detail) => Check { component, ok: false, detail },
+        }
+    }
+}
+
+/// Runs every check, prints the table, and fails when any check failed.
+pub fn run(kubectl: &Kubectl, ui: &mut Ui) -> Result<(), ClusterError> {
+    ui.step("checking Lampyr's components");
+    let checks = checks(kubectl);
+    for check in &checks {
+        let mark = if check.ok { ui.paint(Color::Green, "PASS") } else { ui.paint(Color::Red, "FAIL") };
+        ui.line(format!("{mark}  {:<20} {}", check.component, check.detail));
+    }
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    if failed == 0 { Ok(()) } else { Err(ClusterError::Unhealthy { failed, total: checks.len() }) }
+}
+
+/// Every check, in order; when the API server is unreachable the rest fail with that reason.
+pub fn checks(kubectl: &Kubectl) -> Vec<Check> {
+    let api = kubectl.run(&["get", "--raw", "/readyz"], None).map(|_| "reachable, /readyz ok".to_string());
+    let api = Check::new("api-server", api.map_err(|e| e.to_string()));
+    if !api.ok {
+        let unreachable = "not checked: the API server is unreachable (check --context/--kubeconfig)".to_string();
+        let rest = ["installation", "crds", "webhook", "controllers", "router", "cert-manager", "fleet-key", "template-repository"];
+        return std::iter::once(api).chain(rest.map(|c| Check::new(c, Err(unreachable.clone())))).collect();
+    }
+    let plan = read_plan(kubectl).map_err(|e| e.to_string());
+    let installed = match &plan {
+        Ok(Some(plan)) => Ok(format!("Secret {SYSTEM_NAMESPACE}/{INSTALLATION}: {} objects", plan.len())),
+        Ok(None) => Err("no installation record: run `ly cluster install`".to_string()),
+        Err(e) => Err(e.clone()),
+    };
+    let plan = plan.ok().flatten().unwrap_or_default();
+    vec![
+        api,
+        Check::new("installation", installed),
+        Check::new("crds", crds(kubectl, &plan)),
+        Check::new("webhook", webhook(kubectl)),
+        Check::new("controllers", controllers(kubectl)),
+        Check::new("router", router(kubectl)),
+        Check::new("cert-manager", cert_manager(kubectl).map_err(|e| e.to_string()).and_then(|r| r)),
+        Check::new("fleet-key", fleet_key(kubectl)),
+        Check::new("template-repository", template_repository(kubectl)),
+    ]
+}
+
+fn text(e: KubectlError) -> String {
+    e.to_string()
+}
+
+/// Every CRD the installation applied exists and is established.
+fn crds(kubectl: &Kubectl, plan: &[ObjectRef]) -> Result<String, String> {
+    let wanted: Vec<&str> = plan.iter().filter(|o| o.kind == "CustomResourceDefinition").map(|o| o.name.as_str()).collect();
+    if wanted.is_empty() {
+        return Err("no CRDs recorded: run `ly cluster install`".into());
+    }
+    let list = kubectl.get_json("customresourcedefinitions", None).map_err(text)?.unwrap_or_default();
+    let established = |name: &str| {
+        list["items"].as_array().into_iter().flatten().any(|crd| crd["metadata"]["name"] == name && condition(crd, "Established"))
+    };
+    let missing: Vec<&str> = wanted.iter().copied().filter(|n| !established(n)).collect();
+    if missing.is_empty() {
+        Ok(format!("{} established", wanted.len()))
+    } else {
+        Err(format!("not established: {}", missing.join(", ")))
+    }
+}
+
+/// Whether `object` has condition `kind` with status True.
+fn condition(object: &Value, kind: &str) -> bool {
+    object["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == kind && c["status"] == "True")
+}
+
+/// The Knative webhook admits (and defaults) a Service: a server-side dry run in `default`.
+fn webhook(kubectl: &Kubectl) -> Result<String, String> {
+    let service = serde_json::json!({
+        "apiVersion": "serving.knative.dev/v1", "kind": "Service",
+        "metadata": { "name": "ly-health-check", "namespace": "default" },
+        "spec": { "template": { "spec": { "containers": [{ "image": "registry.example.com/health@sha256:0000000000000000000000000000000000000000000000000000000000000000" }] } } },
+    });
+    let out = kubectl
+        .run(&["create", "--dry-run=server", "-o", "json", "-f", "-"], Some(&service.to_string()))
+        .map_err(|e| format!("a dry-run Knative Service was not admitted: {e}"))?;
+    let defaulted: Value = serde_json::from_str(&out).unwrap_or_default();
+    match defaulted.pointer("/spec/template/spec/containerConcurrency") {
+        Some(_) => Ok("admits and defaults a Knative Service (dry run)".into()),
+        None => Err("a dry-run Knative Service was not defaulted: is the webhook registered?".into()),
+    }
+}
+
+/// A Deployment's availability: `Ok("name: a/b available")` or why not.
+fn deployment(kubectl: &Kubectl, namespace: &str, name: &str) -> Result<String, String> {
+    let found = kubectl.get_json(&format!("deployment/{name}"), Some(namespace)).map_err(text)?;
+    let deployment = found.ok_or_else(|| format!("{namespace}/{name}: missing"))?;
+    let want = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
+    let available = deployment["status"]["availableReplicas"].as_u64().unwrap_or(0);
+    let summary = format!("{namespace}/{name} {available}/{want} available");
+    if condition(&deployment, "Available") && available >= want { Ok(summary) } else { Err(summary) }
+}
+
+/// Results of several checks as one: all must pass.
+fn all(results: Vec<Result<String, String>>) -> Result<String, String> {
+    let ok = results.iter().all(Result::is_ok);
+    let joined = results.into_iter().map(|r| r.unwrap_or_else(|e| e)).collect::<Vec<_>>().join("; ");
+    if ok { Ok(joined) } else { Err(joined) }
+}
+
+/// Lampyr's Knative controller, lampyr-controller and fiberd-k8s-controller are available.
+fn controllers(kubectl: &Kubectl) -> Result<String, String> {
+    all(vec![
+        deployment(kubectl, "knative-serving", "lampyr-knative-controller"),
+        deployment(kubectl, SYSTEM_NAMESPACE, "lampyr-controller"),
+        deployment(kubectl, SYSTEM_NAMESPACE, "fiberd-k8s-controller"),
+    ])
+}
+
+/// fiber-router is available and its Service exists.
+fn router(kubectl: &Kubectl) -> Result<String, String> {
+    let service = kubectl.get_json("service/fiber-router", Some(SYSTEM_NAMESPACE)).map_err(text)?;
+    let service = service
+        .map(|s| format!("Service {SYSTEM_NAMESPACE}/fiber-router ({})", s["spec"]["type"].as_str().unwrap_or("ClusterIP")))
+        .ok_or_else(|| format!("Service {SYSTEM_NAMESPACE}/fiber-router: missing"));
+    all(vec![deployment(kubectl, SYSTEM_NAMESPACE, "fiber-router"), service])
+}
+
+/// cert-manager's CRD and the csi-driver's CSIDriver: `Ok(Ok(found))`, `Ok(Err(what is missing))`.
+pub fn cert_manager(kubectl: &Kubectl) -> Result<Result<String, String>, KubectlError> {
+    let crd = kubectl.get_json("customresourcedefinition/certificates.cert-manager.io", None)?;
+    let csi = kubectl.get_json("csidriver/csi.cert-manager.io", None)?;
+    Ok(match (crd.is_some(), csi.is_some()) {
+        (true, true) => Ok("cert-manager and csi.cert-manager.io present".into()),
+        (false, _) => Err("cert-manager is not installed (no certificates.cert-manager.io CRD)".into()),
+        (true, false) => Err("cert-manager's csi-driver is not installed (no CSIDriver csi.cert-manager.io)".into()),
+    })
+}
+
+/// The fleet key Secret: absent until the first `ly deploy` (fine), or a valid key.
+fn fleet_key(kubectl: &Kubectl) -> Result<String, String> {
+    let (namespace, name) = FLEET_KEY_SECRET;
+    let template = "--template={{if .data.key}}{{index .data \"key\" | base64decode}}{{end}}";
+    let secret = format!("secret/{name}");
+    let out = kubectl
+        .run(&["get", &secret, "-n", namespace, "--ignore-not-found", "-o", "go-template", template], None)
+        .map_err(text)?;
+    if out.is_empty() {
+        let exists = kubectl.get_json(&secret, Some(namespace)).map_err(text)?.is_some();
+        return if exists {
+            Err(format!("Secret {namespace}/{name} has no data key \"key\"; delete it (templates sealed to it will not open)"))
+        } else {
+            Ok(format!("Secret {namespace}/{name} not created yet: the first `ly deploy` creates it"))
+        };
+    }
+    lampyr_fiber::seal::FleetKey::parse(out.trim())
+        .map(|key| format!("Secret {namespace}/{name}: public key {}", key.public()))
+        .map_err(|e| format!("Secret {namespace}/{name} does not hold a fleet key: {e}"))
+}
+
+/// The recorded template repository, and a GrantPolicy owned by the installation.
+fn template_repository(kubectl: &Kubectl) -> Result<String, String> {
+    let config = kubectl.get_json(&format!("configmap/{INSTALLATION}"), Some(SYSTEM_NAMESPACE)).map_err(text)?;
+    let pull = config
+        .as_ref()
+        .and_then(|c| c["data"]["templateRepository"].as_str().map(str::to_string))
+        .ok_or("no template repository recorded: run `ly cluster install`")?;
+    let policy = kubectl.get_json(&format!("grantpolicy.v1alpha1.fiber.lampyr.dev/{GRANT_POLICY}"), None).map_err(text)?;
+    let allowed = policy.ok_or(format!("GrantPolicy {GRANT_POLICY} is missing: run `ly cluster install`"))?;
+    Ok(format!(
+        "{pull} (anonymous pulls not probed); GrantPolicy {GRANT_POLICY} allows {}",
+        allowed["spec"]["allowedRepositories"].as_array().into_iter().flatten().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")
+    ))
+}

@@ -1,0 +1,414 @@
+//! `ly cluster install | health | uninstall` on an existing kubeconfig context
+//! (no provider). See `docs/ly-cluster.md`.
+
+pub mod health;
+pub mod kubectl;
+pub mod plan;
+pub mod settings;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use self::kubectl::{Kubectl, KubectlError};
+use self::plan::{INSTALLATION, ObjectRef, PlanError, SYSTEM_NAMESPACE, Step};
+use self::settings::SettingsError;
+use crate::args::{ClusterCommand, ClusterOptions};
+use crate::ui::{Color, Ui};
+
+/// The fleet key Secret (`namespace`, `name`): `ly deploy` creates it, uninstall deletes it.
+pub const FLEET_KEY_SECRET: (&str, &str) = ("default", "lampyr-fiberd-seal-key");
+
+/// Why a cluster command failed; each message says what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The platform settings are refused (nothing was changed).
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The plan could not be made (nothing was changed).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// kubectl failed.
+    #[error(transparent)]
+    Kubectl(#[from] KubectlError),
+    /// The API server could not be reached.
+    #[error("cannot reach the cluster's API server: {0}\ncheck --context and --kubeconfig (or KUBECONFIG); nothing was changed")]
+    Unreachable(KubectlError),
+    /// `--eventing` was given.
+    #[error("--eventing is not yet supported by this ly; install without it (nothing was changed)")]
+    EventingUnsupported,
+    /// `--provider` was given.
+    #[error("--provider {0}: providers are not supported by this ly yet; omit --provider to use an existing context (nothing was changed)")]
+    ProviderUnsupported(String),
+    /// `--delete-cluster` without a recorded provider.
+    #[error(
+        "--delete-cluster: this installation has no recorded provider, so ly cannot delete its cluster; run `ly cluster uninstall` \
+         without --delete-cluster (Lampyr is removed, the cluster kept) and delete the cluster with the tool that made it (nothing was changed)"
+    )]
+    NoProvider,
+    /// A prompt was needed but stdin is not a terminal.
+    #[error(
+        "stdin is not a terminal, so ly cannot ask before {0}; pass --approve-provider-manifests (or --non-interactive) to go ahead without asking (nothing was changed)"
+    )]
+    CannotPrompt(&'static str),
+    /// The user said no.
+    #[error("not approved: nothing was changed")]
+    NotApproved,
+    /// The installation record in the cluster does not parse.
+    #[error("the installation record (Secret {SYSTEM_NAMESPACE}/{INSTALLATION}) is unreadable: {0}; delete it to start over")]
+    Record(String),
+    /// Some health checks failed.
+    #[error("{failed} of {total} health checks failed (see the table above)")]
+    Unhealthy {
+        /// How many failed.
+        failed: usize,
+        /// How many ran.
+        total: usize,
+    },
+}
+
+/// Runs one `ly cluster` subcommand.
+pub fn run(command: ClusterCommand, ui: &mut Ui) -> Result<(), ClusterError> {
+    match command {
+        ClusterCommand::Install { options, eventing, provider } => {
+            refuse_provider(provider)?;
+            if eventing {
+                return Err(ClusterError::EventingUnsupported);
+            }
+            install(&options, ui)
+        }
+        ClusterCommand::Health { options } => health::run(&kubectl(&options), ui),
+        ClusterCommand::Uninstall { options, delete_cluster, provider } => {
+            refuse_provider(provider)?;
+            uninstall(&options, delete_cluster, ui)
+        }
+    }
+}
+
+fn refuse_provider(provider: Option<String>) -> Result<(), ClusterError> {
+    provider.map_or(Ok(()), |p| Err(ClusterError::ProviderUnsupported(p)))
+}
+
+fn kubectl(options: &ClusterOptions) -> Kubectl {
+    Kubectl::new(options.kubeconfig.clone(), options.context.clone())
+}
+
+/// Checks the API server answers; returns the context's name for messages.
+fn reach(kubectl: &Kubectl, options: &ClusterOptions) -> Result<String, ClusterError> {
+    kubectl.run(&["get", "--raw", "/readyz"], None).map_err(ClusterError::Unreachable)?;
+    match &options.context {
+        Some(context) => Ok(context.clone()),
+        None => Ok(kubectl.run(&["config", "current-context"], None).unwrap_or_default().trim().to_string()),
+    }
+}
+
+/// `ly cluster install`: checks everything, shows the plan, asks, applies it step by step.
+fn install(options: &ClusterOptions, ui: &mut Ui) -> Result<(), ClusterError> {
+    let workspace = options.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
+    ui.step(format!("reading platform settings from {}", workspace.join(crate::commands::scaffold::PLATFORM_FILE).display()));
+    let checked = settings::load(&workspace, options.provider_config.as_deref())?;
+    let mut steps = plan::steps(&workspace, &checked)?;
+    let kubectl = kubectl(options);
+    ui.step("checking the cluster");
+    let context = reach(&kubectl, options)?;
+    let previous = read_plan(&kubectl)?;
+    let placeholder = Step { title: "installation record".into(), objects: plan::record(&[], &checked) };
+    steps.insert(0, placeholder);
+    plan::dedupe(&mut steps);
+    let (plan, live) = plan_objects(&kubectl, &steps, previous.as_deref())?;
+    steps.iter_mut().flat_map(|s| s.objects.iter_mut()).for_each(|o| plan::leave_webhook_rules(o, &live));
+    steps[0].objects = plan::record(&plan, &checked);
+    summarize_apply(ui, &context, &plan, &checked);
+    approve(options, ui, "applying these objects")?;
+    for step in &steps {
+        apply_step(&kubectl, step, ui)?;
+    }
+    check_cert_manager(&kubectl, ui)?;
+    ui.step(format!("installed Lampyr on context {context}; run `ly cluster health` to check it"));
+    ui.line(format!("installed {} objects ({} created by this installation)", plan.len(), plan.iter().filter(|o| o.created).count()));
+    Ok(())
+}
+
+/// Applies one step and waits for its CRDs to be established.
+fn apply_step(kubectl: &Kubectl, step: &Step, ui: &mut Ui) -> Result<(), ClusterError> {
+    ui.step(format!("applying {} ({} objects)", step.title, step.objects.len()));
+    kubectl.apply(&plan::stream(&step.objects))?;
+    let crds: Vec<String> = step.crds().iter().map(|name| format!("crd/{name}")).collect();
+    if !crds.is_empty() {
+        ui.step(format!("waiting for {} CRDs to be established", crds.len()));
+        let mut args = vec!["wait", "--for=condition=Established", "--timeout=120s"];
+        args.extend(crds.iter().map(String::as_str));
+        kubectl.run(&args, None)?;
+    }
+    Ok(())
+}
+
+/// cert-manager and its csi-driver are never installed or upgraded by this ly (their manifests
+/// are not available offline); an absent one is reported with what to install.
+fn check_cert_manager(kubectl: &Kubectl, ui: &mut Ui) -> Result<(), ClusterError> {
+    let found = health::cert_manager(kubectl)?;
+    match found {
+        Ok(detail) => ui.step(format!("cert-manager: {detail} (left as it is)")),
+        Err(missing) => ui.warn(format!("{missing}; {}", health::CERT_MANAGER_ADVICE)),
+    }
+    Ok(())
+}
+
+/// The retained plan of a previous install, if any.
+pub fn read_plan(kubectl: &Kubectl) -> Result<Option<Vec<ObjectRef>>, ClusterError> {
+    let template = "--template={{if .data.plan}}{{index .data \"plan\" | base64decode}}{{end}}";
+    let secret = format!("secret/{INSTALLATION}");
+    let out = match kubectl.run(&["get", &secret, "-n", SYSTEM_NAMESPACE, "--ignore-not-found", "-o", "go-template", template], None) {
+        Ok(out) => out,
+        Err(e) if e.unknown_kind() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if out.trim().is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(&out).map(Some).map_err(|e| ClusterError::Record(e.to_string()))
+}
+
+/// Every object of `steps` once, in order, marked `created` when it does not exist yet or a
+/// previous install created it; then what a previous install created and this one no longer
+/// applies. Also returns the objects that exist now.
+fn plan_objects(
+    kubectl: &Kubectl,
+    steps: &[Step],
+    previous: Option<&[ObjectRef]>,
+) -> Result<(Vec<ObjectRef>, Vec<ObjectRef>), ClusterError> {
+    let previous = previous.unwrap_or_default();
+    let mut plan: Vec<ObjectRef> = Vec::new();
+    let mut live = Vec::new();
+    for step in steps {
+        let existing = existing(kubectl, &step.objects)?;
+        for object in &step.objects {
+            let mut id = ObjectRef::of(object);
+            if plan.iter().any(|p| p.same(&id)) {
+                continue;
+            }
+            id.created = !existing.iter().any(|e| e.same(&id)) || previous.iter().any(|p| p.same(&id) && p.created);
+            plan.push(id);
+        }
+        live.extend(existing);
+    }
+    let dropped: Vec<ObjectRef> = previous.iter().filter(|p| p.created && !plan.iter().any(|o| o.same(p))).cloned().collect();
+    plan.extend(dropped);
+    Ok((plan, live))
+}
+
+/// Which of `objects` exist: one `kubectl get` for all, or one per object when a kind is unknown.
+fn existing(kubectl: &Kubectl, objects: &[Value]) -> Result<Vec<ObjectRef>, ClusterError> {
+    let stubs: Vec<Value> = objects.iter().map(|o| ObjectRef::of(o).stub()).collect();
+    match kubectl.run(&["get", "-f", "-", "-o", "json", "--ignore-not-found"], Some(&plan::stream(&stubs))) {
+        Ok(out) => Ok(listed(&out)),
+        Err(e) if e.unknown_kind() => {
+            let mut found = Vec::new();
+            for id in objects.iter().map(ObjectRef::of) {
+                if kubectl.get_json(&id.resource(), id.namespace.as_deref())?.is_some() {
+                    found.push(id);
+                }
+            }
+            Ok(found)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The objects in kubectl's JSON output: one object, or a List (possibly several, concatenated).
+fn listed(out: &str) -> Vec<ObjectRef> {
+    serde_json::Deserializer::from_str(out)
+        .into_iter::<Value>()
+        .map_while(Result::ok)
+        .flat_map(|value| match value["items"].as_array() {
+            Some(items) if value["kind"] == "List" => items.iter().map(ObjectRef::of).collect(),
+            _ => vec![ObjectRef::of(&value)],
+        })
+        .collect()
+}
+
+fn summarize_apply(ui: &mut Ui, context: &str, plan: &[ObjectRef], checked: &settings::Checked) {
+    let created = plan.iter().filter(|o| o.created).count();
+    ui.note(format!(
+        "ly will apply {} objects to context {context:?}: {} new ({}), {} existing, whose fields ly takes over ({}):",
+        plan.len(),
+        created,
+        ui.paint(Color::Green, "+"),
+        plan.len() - created,
+        ui.paint(Color::Yellow, "~"),
+    ));
+    for object in plan {
+        let (color, mark) = if object.created { (Color::Green, "+") } else { (Color::Yellow, "~") };
+        ui.note(ui.paint(color, format!("  {mark} {}", object.display())));
+    }
+    ui.note(format!(
+        "templates: pushed to {}, pulled by grant Pods from {}; GrantPolicy allows {}",
+        checked.templates.push,
+        checked.templates.pull,
+        checked.allowed_repositories.join(", ")
+    ));
+}
+
+/// Asks before changing anything, unless approved by flag; refuses when it cannot ask.
+fn approve(options: &ClusterOptions, ui: &mut Ui, action: &'static str) -> Result<(), ClusterError> {
+    if options.approve_provider_manifests || options.non_interactive {
+        return Ok(());
+    }
+    if !ui.can_prompt() {
+        return Err(ClusterError::CannotPrompt(action));
+    }
+    if ui.confirm(format!("Proceed with {action}?")) { Ok(()) } else { Err(ClusterError::NotApproved) }
+}
+
+/// `ly cluster uninstall`: deletes what the installation created, per its retained plan, and the fleet key.
+fn uninstall(options: &ClusterOptions, delete_cluster: bool, ui: &mut Ui) -> Result<(), ClusterError> {
+    let kubectl = kubectl(options);
+    ui.step("checking the cluster");
+    let context = reach(&kubectl, options)?;
+    if delete_cluster {
+        let provider = recorded_provider(&kubectl)?;
+        return Err(provider.map_or(ClusterError::NoProvider, ClusterError::ProviderUnsupported));
+    }
+    let plan = read_plan(&kubectl)?;
+    if plan.is_none() {
+        ui.warn(format!("context {context:?} has no Lampyr installation record; only the fleet key is removed (if present)"));
+    }
+    let plan = plan.unwrap_or_default();
+    let kept: Vec<ObjectRef> = plan.iter().filter(|o| !o.created).cloned().collect();
+    let batches = deletion_batches(plan);
+    let total: usize = batches.iter().map(Vec::len).sum();
+    ui.note(format!("ly will delete {total} objects from context {context:?} ({}), keeping the cluster:", ui.paint(Color::Red, "-")));
+    for object in batches.iter().flatten() {
+        ui.note(ui.paint(Color::Red, format!("  - {}", object.display())));
+    }
+    ui.note(format!(
+        "and release ly's fields of {} objects that existed before the installation ({}; fields only ly set are removed):",
+        kept.len(),
+        ui.paint(Color::Yellow, "~")
+    ));
+    for object in &kept {
+        ui.note(ui.paint(Color::Yellow, format!("  ~ {}", object.display())));
+    }
+    approve(options, ui, "deleting these objects")?;
+    release(&kubectl, &kept, ui)?;
+    for batch in &batches {
+        delete(&kubectl, batch, ui)?;
+    }
+    ui.step(format!("removed Lampyr from context {context}; the cluster is kept"));
+    ui.line(format!("deleted {total} objects"));
+    Ok(())
+}
+
+/// Applies an empty configuration to each of `objects` as field manager `ly`, so the fields only
+/// ly set (e.g. config-network's ingress-class) are removed and the objects stay.
+fn release(kubectl: &Kubectl, objects: &[ObjectRef], ui: &mut Ui) -> Result<(), ClusterError> {
+    if objects.is_empty() {
+        return Ok(());
+    }
+    let stubs: Vec<Value> = objects.iter().map(ObjectRef::stub).collect();
+    let live = existing(kubectl, &stubs)?;
+    // Applying to a missing object would create it: release only those still there.
+    let objects: Vec<&ObjectRef> = objects.iter().filter(|o| live.iter().any(|l| l.same(o))).collect();
+    ui.step(format!("releasing ly's fields of {} objects that existed before the installation", objects.len()));
+    let manager = format!("--field-manager={}", kubectl::FIELD_MANAGER);
+    let args = ["apply", "--server-side", manager.as_str(), "-f", "-"];
+    let stubs: Vec<Value> = objects.iter().map(|o| o.stub()).collect();
+    match kubectl.run(&args, Some(&plan::stream(&stubs))) {
+        Err(e) if e.unknown_kind() => {
+            for stub in &stubs {
+                match kubectl.run(&args, Some(&stub.to_string())) {
+                    Err(e) if !e.unknown_kind() && !e.to_string().contains("NotFound") => return Err(e.into()),
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        result => result.map(|_| ()).map_err(Into::into),
+    }
+}
+
+/// The installation's provider, from its ConfigMap (`None`: none recorded, or no installation).
+fn recorded_provider(kubectl: &Kubectl) -> Result<Option<String>, ClusterError> {
+    let config = kubectl.get_json(&format!("configmap/{INSTALLATION}"), Some(SYSTEM_NAMESPACE))?;
+    Ok(config.and_then(|c| c["data"]["provider"].as_str().map(str::to_string)).filter(|p| !p.is_empty()))
+}
+
+/// What uninstall deletes, in order: the objects the installation created (newest first),
+/// then the fleet key, then CRDs, then the installation record, then namespaces, so a failed
+/// uninstall keeps its record and can be retried.
+fn deletion_batches(plan: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
+    let is_record = |o: &ObjectRef| o.namespace.as_deref() == Some(SYSTEM_NAMESPACE) && o.name == INSTALLATION;
+    let created: Vec<ObjectRef> = plan.into_iter().rev().filter(|o| o.created).collect();
+    let (namespaces, rest): (Vec<_>, Vec<_>) = created.into_iter().partition(|o| o.kind == "Namespace");
+    let (crds, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|o| o.kind == "CustomResourceDefinition");
+    let (record, objects): (Vec<_>, Vec<_>) = rest.into_iter().partition(is_record);
+    let fleet_key = ObjectRef {
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        namespace: Some(FLEET_KEY_SECRET.0.into()),
+        name: FLEET_KEY_SECRET.1.into(),
+        created: true,
+    };
+    vec![objects, vec![fleet_key], crds, record, namespaces].into_iter().filter(|b| !b.is_empty()).collect()
+}
+
+/// Deletes `objects` and waits for them to be gone; a kind already gone counts as deleted.
+fn delete(kubectl: &Kubectl, objects: &[ObjectRef], ui: &mut Ui) -> Result<(), ClusterError> {
+    ui.step(format!("deleting {} objects ({} …)", objects.len(), objects[0].display()));
+    let stubs: Vec<Value> = objects.iter().map(ObjectRef::stub).collect();
+    let args = ["delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=180s"];
+    match kubectl.run(&args, Some(&plan::stream(&stubs))) {
+        Ok(_) => Ok(()),
+        Err(e) if e.unknown_kind() => {
+            for object in objects {
+                let resource = object.resource();
+                let mut args = vec!["delete", resource.as_str(), "--ignore-not-found", "--wait=true", "--timeout=180s"];
+                if let Some(namespace) = &object.namespace {
+                    args.extend(["-n", namespace]);
+                }
+                match kubectl.run(&args, None) {
+                    Err(e) if !e.unknown_kind() => return Err(e.into()),
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(kind: &str, namespace: Option<&str>, name: &str, created: bool) -> ObjectRef {
+        ObjectRef { api_version: "v1".into(), kind: kind.into(), namespace: namespace.map(Into::into), name: name.into(), created }
+    }
+
+    #[test]
+    fn uninstall_deletes_only_what_was_created_and_the_record_last() {
+        let plan = vec![
+            object("Namespace", None, SYSTEM_NAMESPACE, true),
+            object("Secret", Some(SYSTEM_NAMESPACE), INSTALLATION, true),
+            object("CustomResourceDefinition", None, "a.example.com", true),
+            object("ConfigMap", Some("knative-serving"), "config-network", false),
+            object("Deployment", Some(SYSTEM_NAMESPACE), "fiber-router", true),
+        ];
+        let names: Vec<Vec<String>> =
+            deletion_batches(plan).iter().map(|b| b.iter().map(|o| o.name.clone()).collect()).collect();
+        assert_eq!(
+            names,
+            [vec!["fiber-router"], vec!["lampyr-fiberd-seal-key"], vec!["a.example.com"], vec![INSTALLATION], vec![SYSTEM_NAMESPACE]]
+        );
+    }
+
+    #[test]
+    fn kubectl_output_lists_one_object_or_a_list() {
+        let one = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"n"}}"#;
+        assert_eq!(listed(one).len(), 1);
+        let list = r#"{"kind":"List","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}},
+            {"apiVersion":"v1","kind":"Namespace","metadata":{"name":"y"}}]}"#;
+        assert_eq!(listed(list).iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["x", "y"]);
+        assert!(listed("").is_empty());
+    }
+}

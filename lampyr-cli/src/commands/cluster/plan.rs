@@ -1,0 +1,325 @@
+//! What `ly cluster install` applies: the Workspace's manifests with the platform
+//! settings put in, fiberd-k8s-controller, the GrantPolicy and the installation
+//! record, in apply order; and the plan retained for reinstall and uninstall.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::settings::{Checked, ControllerManifest};
+
+/// Lampyr's namespace, holding the installation record.
+pub const SYSTEM_NAMESPACE: &str = "lampyr-system";
+/// Name of the installation's Secret (plan, settings) and ConfigMap (provider identity).
+pub const INSTALLATION: &str = "lampyr-installation";
+/// Name of the GrantPolicy the installation owns.
+pub const GRANT_POLICY: &str = "lampyr";
+/// The Workspace manifests install applies, in order, with what each installs.
+pub const WORKSPACE_MANIFESTS: [(&str, &str); 6] = [
+    ("knative-serving-crds.yaml", "Knative Serving CRDs"),
+    ("lampyr-crds.yaml", "Lampyr CRDs"),
+    ("knative-serving-core.yaml", "Knative Serving core"),
+    ("lampyr-knative-controller.yaml", "Lampyr's Knative controller"),
+    ("lampyr-controller.yaml", "lampyr-controller"),
+    ("fiber-router.yaml", "fiber-router"),
+];
+
+/// Why the plan could not be made. Nothing has been changed yet.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A Workspace manifest does not parse (or is missing).
+    #[error("{0}; fix the Workspace's k8s/ file, or re-create it with `ly scaffold workspace DIR --force`")]
+    Manifest(#[from] lampyr_manifests::Error),
+    /// The controller manifest could not be downloaded.
+    #[error("downloading controllerManifest {url}: {why}; check the URL, or name a local file")]
+    Download {
+        /// The URL.
+        url: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// One object of the plan: what it is, and whether this installation created it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+    /// Namespace, for a namespaced object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Whether it did not exist before the installation (only such objects are uninstalled).
+    #[serde(default)]
+    pub created: bool,
+}
+
+impl ObjectRef {
+    /// The reference to `object` (`created` false).
+    pub fn of(object: &Value) -> Self {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+        let namespace = Some(text("/metadata/namespace")).filter(|n| !n.is_empty());
+        ObjectRef { api_version: text("/apiVersion"), kind: text("/kind"), namespace, name: text("/metadata/name"), created: false }
+    }
+
+    /// Same object (the version may differ).
+    pub fn same(&self, other: &ObjectRef) -> bool {
+        let group = |v: &str| v.rsplit_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();
+        group(&self.api_version) == group(&other.api_version)
+            && self.kind == other.kind
+            && self.namespace == other.namespace
+            && self.name == other.name
+    }
+
+    /// `Kind.version.group/name`, as kubectl takes it.
+    pub fn resource(&self) -> String {
+        match self.api_version.rsplit_once('/') {
+            Some((group, version)) => format!("{}.{version}.{group}/{}", self.kind.to_lowercase(), self.name),
+            None => format!("{}/{}", self.kind.to_lowercase(), self.name),
+        }
+    }
+
+    /// `Kind namespace/name`, for people.
+    pub fn display(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind, self.name),
+            None => format!("{} {}", self.kind, self.name),
+        }
+    }
+
+    /// The minimal object naming it (for `kubectl get/delete -f`).
+    pub fn stub(&self) -> Value {
+        let mut metadata = json!({ "name": self.name });
+        if let Some(ns) = &self.namespace {
+            metadata["namespace"] = json!(ns);
+        }
+        json!({ "apiVersion": self.api_version, "kind": self.kind, "metadata": metadata })
+    }
+}
+
+/// A group of objects applied together, with progress.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// What it installs.
+    pub title: String,
+    /// The objects, in order.
+    pub objects: Vec<Value>,
+}
+
+impl Step {
+    /// Whether the step holds CRDs (install waits for them to be established).
+    pub fn crds(&self) -> Vec<String> {
+        self.objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .map(|o| ObjectRef::of(o).name)
+            .collect()
+    }
+}
+
+/// Drops every object a previous step applies already (the first spelling wins): applied
+/// twice by one field manager, the second spelling would remove what only the first sets.
+pub fn dedupe(steps: &mut [Step]) {
+    let mut seen: Vec<ObjectRef> = Vec::new();
+    for step in steps {
+        step.objects.retain(|object| {
+            let id = ObjectRef::of(object);
+            let first = !seen.iter().any(|s| s.same(&id));
+            seen.push(id);
+            first
+        });
+    }
+}
+
+/// The Knative webhook reconciles the `rules` of its webhook configurations at run time; once
+/// such a configuration exists, ly leaves them to it (re-applying the manifest's placeholder rules
+/// would fight the webhook, and a reinstall would change the object every time).
+pub fn leave_webhook_rules(object: &mut Value, live: &[ObjectRef]) {
+    let id = ObjectRef::of(object);
+    if !id.kind.ends_with("WebhookConfiguration") || !live.iter().any(|l| l.same(&id)) {
+        return;
+    }
+    for webhook in object.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
+        if webhook.pointer("/clientConfig/service/namespace") == Some(&json!("knative-serving"))
+            && let Some(fields) = webhook.as_object_mut()
+        {
+            fields.remove("rules");
+        }
+    }
+}
+
+/// Every step of an install, in order (the installation record is added by the caller).
+pub fn steps(workspace: &Path, checked: &Checked) -> Result<Vec<Step>, PlanError> {
+    let mut steps = Vec::new();
+    for (file, title) in WORKSPACE_MANIFESTS {
+        let path = workspace.join("k8s").join(file);
+        let mut objects: Vec<Value> =
+            lampyr_manifests::read(&path, &format!("k8s/{file}"))?.into_iter().map(|d| d.object).collect();
+        objects.iter_mut().for_each(|o| settle(o, checked));
+        steps.push(Step { title: format!("{title} (k8s/{file})"), objects });
+    }
+    let (origin, text) = controller_manifest(&checked.controller)?;
+    let objects = lampyr_manifests::parse(&text, &origin)?.into_iter().map(|d| d.object).collect();
+    steps.push(Step { title: format!("fiberd-k8s-controller ({origin})"), objects });
+    steps.push(Step { title: "GrantPolicy".into(), objects: vec![grant_policy(&checked.allowed_repositories)] });
+    Ok(steps)
+}
+
+/// The controller manifest's origin and text (a file, or downloaded with curl).
+fn controller_manifest(source: &ControllerManifest) -> Result<(String, String), PlanError> {
+    match source {
+        ControllerManifest::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| {
+                lampyr_manifests::Error::Read { path: PathBuf::from(path), source }
+            })?;
+            Ok((path.display().to_string(), text))
+        }
+        ControllerManifest::Url(url) => {
+            let download = |why: String| PlanError::Download { url: url.clone(), why };
+            let out = std::process::Command::new("curl")
+                .args(["--fail", "--silent", "--show-error", "--location", "--proto", "=https", url])
+                .output()
+                .map_err(|e| download(format!("could not run curl: {e}")))?;
+            if !out.status.success() {
+                return Err(download(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+            }
+            Ok((url.clone(), String::from_utf8_lossy(&out.stdout).into_owned()))
+        }
+    }
+}
+
+/// Puts the platform settings into the objects that carry them.
+fn settle(object: &mut Value, checked: &Checked) {
+    let settings = &checked.settings;
+    let id = ObjectRef::of(object);
+    match (id.kind.as_str(), id.namespace.as_deref(), id.name.as_str()) {
+        ("ConfigMap", Some("knative-serving"), "config-network") => {
+            object["data"]["ingress-class"] = json!(settings.ingress.class);
+        }
+        ("ConfigMap", Some("knative-serving"), "config-domain") => {
+            object["data"][settings.domain.as_str()] = json!("");
+        }
+        ("Deployment", Some(SYSTEM_NAMESPACE), "fiber-router") => set_image(object, &settings.router_image),
+        ("Deployment", Some(SYSTEM_NAMESPACE), "lampyr-controller") => {
+            set_arg(object, "--grant-image", settings.grant_image.as_deref().unwrap_or_default());
+            set_arg(object, "--helper-image", settings.helper_image.as_deref().unwrap_or_default());
+        }
+        ("Service", Some(SYSTEM_NAMESPACE), "fiber-router") => {
+            object["spec"]["type"] = json!("NodePort");
+            if let Some(ports) = object.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
+                for port in ports.iter_mut().filter(|p| p["port"] == 80) {
+                    port["nodePort"] = json!(settings.ingress.http_node_port);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn containers(object: &mut Value) -> impl Iterator<Item = &mut Value> {
+    object.pointer_mut("/spec/template/spec/containers").and_then(Value::as_array_mut).into_iter().flatten()
+}
+
+fn set_image(object: &mut Value, image: &str) {
+    containers(object).for_each(|c| c["image"] = json!(image));
+}
+
+/// Replaces `FLAG=…` in every container's args.
+fn set_arg(object: &mut Value, flag: &str, value: &str) {
+    let prefix = format!("{flag}=");
+    for container in containers(object) {
+        for arg in container.get_mut("args").and_then(Value::as_array_mut).into_iter().flatten() {
+            if arg.as_str().is_some_and(|a| a.starts_with(&prefix)) {
+                *arg = json!(format!("{prefix}{value}"));
+            }
+        }
+    }
+}
+
+/// The installation's GrantPolicy: the grant and helper images' repositories.
+pub fn grant_policy(repositories: &[String]) -> Value {
+    json!({
+        "apiVersion": "fiber.lampyr.dev/v1alpha1",
+        "kind": "GrantPolicy",
+        "metadata": { "name": GRANT_POLICY, "labels": { "app.kubernetes.io/part-of": "lampyr" } },
+        "spec": { "allowedRepositories": repositories },
+    })
+}
+
+/// The installation record: Lampyr's namespace, the ConfigMap (provider identity: none)
+/// and the Secret retaining the plan and the settings.
+pub fn record(plan: &[ObjectRef], checked: &Checked) -> Vec<Value> {
+    let labels = json!({ "app.kubernetes.io/part-of": "lampyr", "app.kubernetes.io/managed-by": "ly" });
+    let plan = serde_json::to_string_pretty(plan).unwrap_or_default();
+    let settings = serde_json::to_string_pretty(&checked.settings).unwrap_or_default();
+    vec![
+        json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": SYSTEM_NAMESPACE, "labels": labels } }),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": INSTALLATION, "namespace": SYSTEM_NAMESPACE, "labels": labels },
+            "data": { "provider": "", "templateRepository": checked.templates.pull, "templatePush": checked.templates.push },
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": { "name": INSTALLATION, "namespace": SYSTEM_NAMESPACE, "labels": labels },
+            "data": { "plan": base64(plan.as_bytes()), "settings": base64(settings.as_bytes()) },
+        }),
+    ]
+}
+
+/// A YAML stream of `objects` (each as JSON, which is YAML).
+pub fn stream(objects: &[Value]) -> String {
+    objects.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("\n---\n")
+}
+
+/// Standard base64 with padding.
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard() {
+        let cases = [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")];
+        for (plain, encoded) in cases {
+            assert_eq!(base64(plain.as_bytes()), encoded);
+        }
+    }
+
+    #[test]
+    fn object_refs_name_kubectl_resources() {
+        let policy = ObjectRef::of(&grant_policy(&["r.example.com/a".into()]));
+        assert_eq!(policy.resource(), "grantpolicy.v1alpha1.fiber.lampyr.dev/lampyr");
+        let cm = ObjectRef::of(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}}));
+        assert_eq!((cm.resource().as_str(), cm.display().as_str()), ("configmap/c", "ConfigMap n/c"));
+    }
+
+    #[test]
+    fn args_and_images_are_replaced() {
+        let mut deployment = json!({"spec": {"template": {"spec": {"containers": [
+            {"image": "old", "args": ["--grant-image=old", "--other=1"]}]}}}});
+        set_arg(&mut deployment, "--grant-image", "new");
+        set_image(&mut deployment, "img");
+        assert_eq!(deployment.pointer("/spec/template/spec/containers/0/args").expect("args"), &json!(["--grant-image=new", "--other=1"]));
+        assert_eq!(deployment.pointer("/spec/template/spec/containers/0/image").expect("image"), "img");
+    }
+}

@@ -1,0 +1,259 @@
+//! `ly cluster install | health | uninstall` against a real API server
+//! (`lampyr_testenv::Cluster`: kube-apiserver, etcd, kube-controller-manager,
+//! upstream Knative's CRDs and webhook, no kubelet), running the `ly` binary
+//! with the environment's kubeconfig and context.
+//!
+//! One test: the steps share the cluster and each depends on the last
+//! (refusals change nothing, install, health, reinstall changes nothing, uninstall).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use lampyr_testenv::Cluster;
+use serde_json::Value;
+
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+struct Env {
+    cluster: &'static Cluster,
+    context: String,
+    workspace: tempfile::TempDir,
+    config_dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let cluster = Cluster::shared();
+        let workspace = tempfile::tempdir().expect("tempdir");
+        let out = Command::new(env!("CARGO_BIN_EXE_ly")).args(["scaffold", "workspace"]).arg(workspace.path()).output().expect("ly");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let config_dir = tempfile::tempdir().expect("tempdir");
+        let controller = lampyr_testenv::repo_root().join("config/fiberd-k8s-controller.yaml");
+        std::fs::copy(controller, config_dir.path().join("fiberd-k8s-controller.yaml")).expect("copy");
+        let context = text(&cluster.kubectl().args(["config", "current-context"]).output().expect("kubectl"));
+        Env { cluster, context: context.trim().to_string(), workspace, config_dir }
+    }
+
+    /// Writes a --provider-config file (`extra` YAML lines appended to valid settings) and returns it.
+    fn settings(&self, name: &str, overrides: &[(&str, &str)]) -> PathBuf {
+        let mut keys: BTreeMap<&str, String> = BTreeMap::from([
+            ("controllerManifest", "fiberd-k8s-controller.yaml".to_string()),
+            ("grantImage", format!("registry.example.com/lampyr/fiberd@{DIGEST}")),
+            ("helperImage", format!("registry.example.com/lampyr/fiberd-helper@{DIGEST}")),
+            ("zygoteRegistries", "[registry.example.com/lampyr/fiberd-templates]".to_string()),
+            ("domain", "apps.example.org".to_string()),
+        ]);
+        for (key, value) in overrides {
+            keys.insert(key, value.to_string());
+        }
+        let yaml: String = keys.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
+        let path = self.config_dir.path().join(name);
+        std::fs::write(&path, yaml).expect("write settings");
+        path
+    }
+
+    /// Runs `ly cluster ARGS --kubeconfig … --context … --workspace …`, stdin not a terminal.
+    fn ly(&self, args: &[&str]) -> Output {
+        let kubectl = self.cluster.kubectl().get_program().to_owned();
+        Command::new(env!("CARGO_BIN_EXE_ly"))
+            .arg("cluster")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(self.cluster.kubeconfig())
+            .args(["--context", &self.context])
+            .arg("--workspace")
+            .arg(self.workspace.path())
+            .env("LY_KUBECTL", kubectl)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ly runs")
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        self.cluster.kubectl().args(args).output().expect("kubectl")
+    }
+
+    fn exists(&self, resource: &str, namespace: Option<&str>) -> bool {
+        let mut args = vec!["get", resource, "--ignore-not-found", "-o", "name"];
+        if let Some(ns) = namespace {
+            args.extend(["-n", ns]);
+        }
+        let out = self.kubectl(&args);
+        !text(&out).trim().is_empty()
+    }
+
+    /// The Lampyr objects a refused install must not have created.
+    fn assert_nothing_installed(&self, after: &str) {
+        for (resource, namespace) in [
+            ("namespace/lampyr-system", None),
+            ("customresourcedefinition/grantpolicies.fiber.lampyr.dev", None),
+            ("customresourcedefinition/capacitygrants.fiber.lampyr.dev", None),
+            ("deployment/webhook", Some("knative-serving")),
+        ] {
+            assert!(!self.exists(resource, namespace), "{after}: {resource} exists");
+        }
+        let network = self.kubectl(&["get", "configmap/config-network", "-n", "knative-serving", "-o", "jsonpath={.data.ingress-class}"]);
+        assert_eq!(text(&network), "", "{after}: config-network was changed");
+    }
+
+    /// Every object of the retained plan, with its resourceVersion.
+    fn resource_versions(&self) -> BTreeMap<String, String> {
+        let template = "--template={{index .data \"plan\" | base64decode}}";
+        let out = self.kubectl(&["get", "secret/lampyr-installation", "-n", "lampyr-system", "-o", "go-template", template]);
+        let plan: Vec<Value> = serde_json::from_str(&text(&out)).expect("the plan is JSON");
+        assert!(plan.len() > 20, "the plan lists the installed objects: {plan:?}");
+        let stubs: Vec<String> = plan
+            .iter()
+            .map(|o| {
+                let mut metadata = serde_json::json!({ "name": o["name"] });
+                if let Some(ns) = o.get("namespace") {
+                    metadata["namespace"] = ns.clone();
+                }
+                serde_json::json!({ "apiVersion": o["apiVersion"], "kind": o["kind"], "metadata": metadata }).to_string()
+            })
+            .collect();
+        let mut child = self
+            .cluster
+            .kubectl()
+            .args(["get", "-f", "-", "-o", "json"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        use std::io::Write as _;
+        child.stdin.take().expect("stdin").write_all(stubs.join("\n---\n").as_bytes()).expect("write");
+        let out = child.wait_with_output().expect("kubectl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let list: Value = serde_json::from_slice(&out.stdout).expect("json");
+        let items = list["items"].as_array().expect("a List");
+        assert_eq!(items.len(), plan.len(), "every planned object exists");
+        items
+            .iter()
+            .map(|o| {
+                let id = format!("{}/{}/{}", o["kind"], o["metadata"]["namespace"].as_str().unwrap_or(""), o["metadata"]["name"]);
+                (id, o["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string())
+            })
+            .collect()
+    }
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn refused(env: &Env, args: &[&str], message: &str) {
+    let out = env.ly(args);
+    assert!(!out.status.success(), "{args:?} must be refused:\n{}", stderr(&out));
+    assert!(stderr(&out).contains(message), "{args:?}: expected {message:?} in:\n{}", stderr(&out));
+    env.assert_nothing_installed(&format!("{args:?}"));
+}
+
+fn health_table(out: &Output) -> BTreeMap<String, bool> {
+    text(out)
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let mark = words.next()?;
+            Some((words.next()?.to_string(), mark == "PASS"))
+        })
+        .collect()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn install_health_reinstall_uninstall_on_an_existing_context() {
+    let env = Env::new();
+    env.assert_nothing_installed("before anything");
+    let good = env.settings("platform.yaml", &[]);
+    let approve = "--approve-provider-manifests";
+
+    // Every refusal says what is wrong before anything is changed.
+    let unpinned = env.settings("unpinned.yaml", &[("grantImage", "registry.example.com/lampyr/fiberd:preview")]);
+    refused(&env, &["install", approve, "--provider-config", path(&unpinned)], "grantImage \"registry.example.com/lampyr/fiberd:preview\" is not pinned");
+    let bad_zygote = env.settings("zygote.yaml", &[("zygoteRegistries", "[Registry/Templates]")]);
+    refused(&env, &["install", approve, "--provider-config", path(&bad_zygote)], "zygoteRegistries entry \"Registry/Templates\" is not a repository");
+    let no_zygote = env.settings("no-zygote.yaml", &[("zygoteRegistries", "[]")]);
+    refused(&env, &["install", approve, "--provider-config", path(&no_zygote)], "set zygoteRegistries");
+    let missing = env.settings("missing.yaml", &[("controllerManifest", "nowhere/controller.yaml")]);
+    refused(&env, &["install", approve, "--provider-config", path(&missing)], "controllerManifest");
+    refused(&env, &["install", approve, "--provider-config", path(&missing)], "nowhere/controller.yaml does not exist");
+    refused(&env, &["install", "--provider-config", path(&good)], "stdin is not a terminal");
+    refused(&env, &["install", approve, "--eventing", "--provider-config", path(&good)], "--eventing is not yet supported");
+    refused(&env, &["uninstall", approve, "--delete-cluster"], "no recorded provider");
+
+    // Before install, health fails and says what to do.
+    let before = env.ly(&["health"]);
+    assert_eq!(before.status.code(), Some(1), "{}", stderr(&before));
+    assert!(text(&before).contains("run `ly cluster install`"), "{}", text(&before));
+
+    // Install.
+    let installed = env.ly(&["install", approve, "--provider-config", path(&good)]);
+    assert!(installed.status.success(), "install failed:\n{}", stderr(&installed));
+    let log = stderr(&installed);
+    for expected in ["==> applying Lampyr CRDs", "==> applying fiberd-k8s-controller", "+ GrantPolicy lampyr", "cert-manager is not installed"] {
+        assert!(log.contains(expected), "{expected:?} missing from:\n{log}");
+    }
+    let policy = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
+    assert_eq!(text(&policy), r#"["registry.example.com/lampyr/fiberd","registry.example.com/lampyr/fiberd-helper"]"#);
+    let network = env.kubectl(&["get", "configmap/config-network", "-n", "knative-serving", "-o", "jsonpath={.data.ingress-class}"]);
+    assert_eq!(text(&network), "fiber.ingress.networking.knative.dev");
+    let domain = env.kubectl(&["get", "configmap/config-domain", "-n", "knative-serving", "-o", "json"]);
+    assert!(text(&domain).contains("\"apps.example.org\": \"\""), "{}", text(&domain));
+    let args = env.kubectl(&["get", "deployment/lampyr-controller", "-n", "lampyr-system", "-o", "jsonpath={.spec.template.spec.containers[0].args}"]);
+    assert!(text(&args).contains(&format!("--grant-image=registry.example.com/lampyr/fiberd@{DIGEST}")), "{}", text(&args));
+    let node_port = env.kubectl(&["get", "service/fiber-router", "-n", "lampyr-system", "-o", "jsonpath={.spec.ports[0].nodePort}"]);
+    assert_eq!(text(&node_port), "30080");
+    let provider = env.kubectl(&["get", "configmap/lampyr-installation", "-n", "lampyr-system", "-o", "jsonpath={.data.provider}"]);
+    assert_eq!(text(&provider), "", "no provider is recorded");
+
+    // Health: what can pass without a kubelet passes; Deployments are honestly not available.
+    let health = env.ly(&["health"]);
+    let table = health_table(&health);
+    assert_eq!(health.status.code(), Some(1), "{}", text(&health));
+    for passes in ["api-server", "installation", "crds", "webhook", "fleet-key", "template-repository"] {
+        assert_eq!(table.get(passes), Some(&true), "{passes} passes:\n{}", text(&health));
+    }
+    for fails in ["controllers", "router", "cert-manager"] {
+        assert_eq!(table.get(fails), Some(&false), "{fails} fails:\n{}", text(&health));
+    }
+    assert!(text(&health).contains("lampyr-system/fiber-router 0/2 available"), "{}", text(&health));
+    assert!(stderr(&health).contains("3 of 9 health checks failed"), "{}", stderr(&health));
+
+    // Reinstall changes nothing.
+    let versions = env.resource_versions();
+    let again = env.ly(&["install", "--non-interactive", "--provider-config", path(&good)]);
+    assert!(again.status.success(), "reinstall failed:\n{}", stderr(&again));
+    assert_eq!(env.resource_versions(), versions, "a reinstall changes no object");
+
+    // A fleet key made by a deploy is checked, and removed by uninstall.
+    let key = lampyr_fiber::seal::FleetKey::generate().to_secret_string();
+    let made = env.kubectl(&["create", "secret", "generic", "lampyr-fiberd-seal-key", "-n", "default", &format!("--from-literal=key={key}")]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let health = env.ly(&["health"]);
+    assert_eq!(health_table(&health).get("fleet-key"), Some(&true), "{}", text(&health));
+    assert!(text(&health).contains("public key age1"), "{}", text(&health));
+
+    // Uninstall: no Lampyr object, no fleet key; what existed before (Knative) stays.
+    let uninstalled = env.ly(&["uninstall", approve]);
+    assert!(uninstalled.status.success(), "uninstall failed:\n{}", stderr(&uninstalled));
+    assert!(!env.exists("secret/lampyr-fiberd-seal-key", Some("default")), "the fleet key is deleted");
+    assert!(!env.exists("clusterrole/fiberd-k8s-controller", None));
+    assert!(!env.exists("clusterrole/fiber-router", None));
+    env.assert_nothing_installed("after uninstall");
+    assert!(env.exists("customresourcedefinition/services.serving.knative.dev", None), "pre-existing Knative stays");
+    assert!(env.exists("namespace/knative-serving", None));
+
+    // Uninstall again: nothing left to do, still succeeds.
+    let again = env.ly(&["uninstall", "--non-interactive"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(stderr(&again).contains("no Lampyr installation record"), "{}", stderr(&again));
+}
