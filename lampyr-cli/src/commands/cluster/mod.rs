@@ -354,7 +354,9 @@ fn deletion_batches(plan: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
 
 /// Deletes `objects` and waits for them to be gone; a kind already gone counts as deleted.
 fn delete(kubectl: &Kubectl, objects: &[ObjectRef], ui: &mut Ui) -> Result<(), ClusterError> {
-    ui.step(format!("deleting {} objects ({} …)", objects.len(), objects[0].display()));
+    let first = objects.first().map(ObjectRef::display).unwrap_or_default();
+    let plural = if objects.len() == 1 { "" } else { "s" };
+    ui.step(format!("deleting {} object{plural} ({first}{})", objects.len(), if objects.len() > 1 { ", …" } else { "" }));
     let stubs: Vec<Value> = objects.iter().map(ObjectRef::stub).collect();
     let args = ["delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=180s"];
     match kubectl.run(&args, Some(&plan::stream(&stubs))) {

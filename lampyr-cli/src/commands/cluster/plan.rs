@@ -314,6 +314,33 @@ mod tests {
     }
 
     #[test]
+    fn an_object_declared_twice_is_applied_once_as_first_spelled() {
+        let ns = |label: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "labels": {label: "x"}}});
+        let mut steps = vec![
+            Step { title: "a".into(), objects: vec![ns("first")] },
+            Step { title: "b".into(), objects: vec![ns("second"), grant_policy(&["r.example.com/a".into()])] },
+        ];
+        dedupe(&mut steps);
+        assert_eq!(steps[0].objects, [ns("first")]);
+        assert_eq!(steps[1].objects.len(), 1);
+        assert_eq!(steps[1].objects[0]["kind"], "GrantPolicy");
+    }
+
+    #[test]
+    fn knative_webhook_rules_are_left_to_the_webhook_once_it_exists() {
+        let config = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "webhook.serving.knative.dev"},
+            "webhooks": [{"name": "w", "rules": [], "clientConfig": {"service": {"name": "webhook", "namespace": "knative-serving"}}}]});
+        let mut fresh = config.clone();
+        leave_webhook_rules(&mut fresh, &[]);
+        assert_eq!(fresh, config, "a new configuration is created as spelled");
+        let mut existing = config.clone();
+        leave_webhook_rules(&mut existing, &[ObjectRef::of(&config)]);
+        assert!(existing["webhooks"][0].get("rules").is_none());
+        assert!(existing["webhooks"][0].get("clientConfig").is_some());
+    }
+
+    #[test]
     fn args_and_images_are_replaced() {
         let mut deployment = json!({"spec": {"template": {"spec": {"containers": [
             {"image": "old", "args": ["--grant-image=old", "--other=1"]}]}}}});
