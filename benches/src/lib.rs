@@ -66,7 +66,8 @@ impl Table {
     pub fn render(&self) -> String {
         let header = ["measurement", "figure", "target", "vs baseline"].map(String::from);
         let all: Vec<&[String; 4]> = std::iter::once(&header).chain(&self.rows).collect();
-        let widths: Vec<usize> = (0..4).map(|c| all.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+        // Width in characters, as `format!` pads: `µ`, `×`, `≤` take several bytes.
+        let widths: Vec<usize> = (0..4).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
         let mut out = String::new();
         for (i, r) in all.iter().enumerate() {
             let cells: Vec<String> = (0..4).map(|c| format!("{:<w$}", r[c], w = widths[c])).collect();
@@ -83,7 +84,18 @@ impl Table {
 /// `d` in the most readable unit.
 pub fn fmt_duration(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
-    if us < 1000.0 { format!("{us:.1} µs") } else { format!("{:.2} ms", us / 1000.0) }
+    if us < 1000.0 {
+        format!("{us:.1} µs")
+    } else if us < 1e6 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+/// `d / baseline` as a multiple of the baseline (`12.3× baseline`).
+pub fn times_baseline(d: Duration, baseline: Duration) -> String {
+    format!("{:.1}× baseline", d.as_secs_f64() / baseline.as_secs_f64().max(1e-12))
 }
 
 /// `baseline / d` as a speed-up factor.

@@ -1,0 +1,421 @@
+//! Lampyr's control plane end to end in the cluster test environment
+//! ([`LampyrStack`]: real kube-apiserver and etcd, upstream Knative webhook and
+//! composed controller, lampyr-controller, the grant controller, fiber-router,
+//! fiberd processes standing in for grant Pods, a real OCI registry), each
+//! figure beside a baseline measured in the same run:
+//!
+//! 1. `kubectl apply` of a Knative Service (the `hello` example) until a watch
+//!    sees the Service Ready at its generation, one after another. Baseline:
+//!    `kubectl apply` of a ConfigMap until a GET reads it back, the floor any
+//!    object pays here (kubectl's start and discovery, TLS, admission, etcd).
+//! 2. Reconcile throughput: Services created at once through the API (server-side
+//!    apply, [`CREATE_CONCURRENCY`] requests in flight) until a watch has seen every
+//!    one Ready. Baseline: as many ConfigMaps created the same way until the
+//!    watch has seen them all (the API server's and this client's own rate).
+//!    The watch events the API server sent during the Services' burst are
+//!    reported too, with the share of them that were Homes.
+//! 3. A traffic change (`spec.traffic` patched from 100% on one Revision to 100%
+//!    on the other, both kept warm with `min-scale: 1`) until fiber-router
+//!    answers from the new Revision (timed to the sending of the first such
+//!    request, so the request's own time is not counted). Baseline: the same
+//!    patch until a watch sees the Service Ready at its new generation, the
+//!    control plane's part (fiber-router swaps its table before it reports the
+//!    KIngress Ready, so it should come first); the ratio is router
+//!    propagation over control-plane time.
+//!
+//! Each section has a namespace of its own, deleted (and its fiberd processes
+//! gone) before the next starts.
+//!
+//! Run (the environment's binaries are cached by `scripts/cluster-bins`):
+//!
+//! ```sh
+//! . scripts/env.sh
+//! export LAMPYR_CLUSTER_BINS="$(scripts/cluster-bins)"
+//! cargo bench -p lampyr-benches --bench cluster
+//! ```
+//!
+//! The stack's own binaries (lampyr-controller, fiber-router, fiberd, …) are
+//! built optimized on first use, beside this one in `target/release`
+//! (`lampyr_testenv::workspace_binary`). Needs `/dev/kvm` (fails loudly
+//! without it) and what `scripts/setup` installs.
+//! `LAMPYR_BENCH_SERVICES` (default 20) sets the Services of section 1,
+//! `LAMPYR_BENCH_BURST` (default 200) those of section 2, and
+//! `LAMPYR_BENCH_TRAFFIC` (default 10) the traffic changes of section 3.
+//! Progress is logged to stderr (`RUST_LOG`, default `cluster=info`); the table goes to stdout.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::{Resource, ResourceExt};
+use lampyr_api::Service;
+use lampyr_api::conditions::KnativeStatus;
+use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
+use lampyr_testenv::{LampyrStack, knative_service};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+/// How often a single object's state is polled (a GET each time).
+const POLL: Duration = Duration::from_millis(20);
+/// Creation requests in flight at once in section 2.
+const CREATE_CONCURRENCY: usize = 32;
+/// Longest a watch waits (section 2, creation to the last Service Ready, is the longest).
+const WATCH_PATIENCE: Duration = Duration::from_secs(20 * 60);
+/// Longest a namespace may take to go away before the next section starts anyway.
+const DELETE_PATIENCE: Duration = Duration::from_secs(5 * 60);
+/// Field manager of the objects section 2 creates.
+const MANAGER: &str = "lampyr-bench";
+
+fn main() {
+    lampyr_testenv::require_kvm();
+    // The harness's own progress; the components log to their own files.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "cluster=info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let services = env_count("LAMPYR_BENCH_SERVICES", 20);
+    let burst = env_count("LAMPYR_BENCH_BURST", 200);
+    let changes = env_count("LAMPYR_BENCH_TRAFFIC", 10);
+
+    let started = Instant::now();
+    let stack = LampyrStack::shared();
+    tracing::info!(took = ?started.elapsed(), "the Lampyr stack is up");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
+    let table = runtime.block_on(async {
+        let artifact = stack.push_example("hello").await;
+        let mut table = Table::default();
+        apply_to_ready(stack, &artifact, services, &mut table).await;
+        reconcile_burst(stack, &artifact, burst, &mut table).await;
+        traffic_changes(stack, &artifact, changes, &mut table).await;
+        table
+    });
+    println!("\nLampyr control plane in the cluster test environment, each figure beside its baseline\n");
+    print!("{}", table.render());
+    println!(
+        "\n1: {services} Services applied one after another (after one unmeasured), each after a ConfigMap; time from \
+         starting `kubectl apply`\n   to a watch seeing the Service Ready at its generation (then to fiber-router's first \
+         200 for it), or to a GET reading the ConfigMap back.\n\
+         2: {burst} objects created by server-side apply, {CREATE_CONCURRENCY} requests in flight; time from the first \
+         request to a watch seeing the last one Ready (ConfigMaps: seen at all);\n   watch events: the API server's \
+         apiserver_watch_events_total over the Services' burst.\n\
+         3: {changes} changes (after one unmeasured) of spec.traffic between 100% on one Revision and 100% on the other, \
+         both at min-scale 1;\n   time from the patch to sending the first request fiber-router answered from the new \
+         Revision (one every {POLL:?} plus the request's own time),\n   and to a watch seeing the Service Ready at the \
+         new generation.\n\
+         Ratios compare like with like: a median with the baseline's median, a p90 with its p90.\n\
+         Everything (API server, etcd, Knative, Lampyr's controllers, fiber-router, one fiberd per Revision, this client) \
+         shares the machine's {} cores.",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+}
+
+/// `name` from the environment as a count, or `default`.
+fn env_count(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(value) => value.parse().unwrap_or_else(|_| panic!("{name}={value:?} is not a count")),
+        Err(_) => default,
+    }
+}
+
+// ---------- 1. kubectl apply → Ready ----------
+
+/// Section 1: Services applied one after another, each beside a ConfigMap.
+async fn apply_to_ready(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    let ns = stack.cluster.namespace("bench-apply").await;
+    let client = stack.cluster.client().await;
+    let (services, maps) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<ConfigMap>::namespaced(client, &ns));
+    let (mut ready, mut answered, mut seen) = (Vec::new(), Vec::new(), Vec::new());
+    // Round 0 is unmeasured: kubectl's discovery cache, the controller's first pull of the artifact.
+    for i in 0..=n {
+        let map = apply_config_map(stack, &maps, &ns, &format!("map-{i}")).await;
+        let (service, answer) = apply_service(stack, &services, &ns, artifact, &format!("hello-{i}")).await;
+        tracing::info!(round = i, ?service, ?answer, config_map = ?map, "kubectl apply → Ready");
+        if i > 0 {
+            ready.push(service);
+            answered.push(answer);
+            seen.push(map);
+        }
+    }
+    delete_namespace(stack, &ns).await;
+
+    let (ready, answered, seen) = (Samples(ready), Samples(answered), Samples(seen));
+    let floor = seen.median();
+    table.row(
+        &format!("1. kubectl apply → Service Ready (median of {n})"),
+        fmt_duration(ready.median()),
+        "≤ 2 s (median)",
+        times_baseline(ready.median(), floor),
+    );
+    table.row("   … p90 / max", spread(&ready), "-", times_baseline(ready.percentile(90.0), seen.percentile(90.0)));
+    table.row("   … to its first 200 through fiber-router (median)", fmt_duration(answered.median()), "-", times_baseline(answered.median(), floor));
+    table.row(&format!("   baseline: kubectl apply → ConfigMap read back (median of {n})"), fmt_duration(floor), "-", "1×".into());
+    table.row("   baseline p90 / max", spread(&seen), "-", "-".into());
+}
+
+/// `p90 / max` of `samples`.
+fn spread(samples: &Samples) -> String {
+    format!("{} / {}", fmt_duration(samples.percentile(90.0)), fmt_duration(samples.percentile(100.0)))
+}
+
+/// `kubectl apply` of ConfigMap `name` until a GET reads it back.
+async fn apply_config_map(stack: &LampyrStack, maps: &Api<ConfigMap>, ns: &str, name: &str) -> Duration {
+    let started = Instant::now();
+    stack.kubectl_apply(&config_map(ns, name));
+    stack.poll(&format!("ConfigMap {name}"), POLL, async || maps.get_opt(name).await.ok().flatten()).await;
+    started.elapsed()
+}
+
+/// `kubectl apply` of Service `name` until a watch sees it Ready, and until
+/// fiber-router answers for it.
+async fn apply_service(stack: &LampyrStack, services: &Api<Service>, ns: &str, artifact: &str, name: &str) -> (Duration, Duration) {
+    let started = Instant::now();
+    stack.kubectl_apply(&knative_service(ns, name, artifact, name, None));
+    let ready = watch_until(services, 1, started, &|s: &Service| s.name_any() == name && service_ready(s)).await;
+    let host = stack.ready_host(services, name).await;
+    let body = stack.answer(&host, "/").await;
+    assert_eq!(body, format!("Hello {name}!\n"), "{name} answers from its own Revision");
+    (ready, started.elapsed())
+}
+
+/// Upstream's `IsReady`: `Ready` True at the Service's current generation.
+fn service_ready(service: &Service) -> bool {
+    service.status.as_ref().is_some_and(|s| s.is_ready(service.metadata.generation))
+}
+
+fn config_map(ns: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": name, "namespace": ns },
+        "data": { "TARGET": name },
+    })
+}
+
+// ---------- 2. Reconcile throughput ----------
+
+/// Section 2: `n` Services created at once until all are Ready, beside `n` ConfigMaps.
+async fn reconcile_burst(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    let ns = stack.cluster.namespace("bench-burst").await;
+    let client = stack.cluster.client().await;
+    let (services, maps) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<ConfigMap>::namespaced(client.clone(), &ns));
+    let names: Vec<String> = (0..n).map(|i| format!("burst-{i}")).collect();
+
+    let map_docs = names.iter().map(|name| config_map(&ns, name)).collect();
+    // Not `kube-root-ca.crt`, which every namespace has.
+    let maps = timed_burst(&maps, map_docs, |m: &ConfigMap| m.name_any().starts_with("burst-")).await;
+    tracing::info!(created = ?maps.created, seen = ?maps.done, "{n} ConfigMaps");
+    let service_docs = names.iter().map(|name| knative_service(&ns, name, artifact, name, None)).collect();
+    let events_before = watch_events(&client).await;
+    let ready = timed_burst(&services, service_docs, service_ready).await;
+    let events = watch_events(&client).await - events_before;
+    tracing::info!(created = ?ready.created, ready = ?ready.done, watch_events = events.all, of_homes = events.homes, "{n} Services");
+    delete_namespace(stack, &ns).await;
+
+    let rate = |d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+    table.row(
+        &format!("2. {n} Services created at once → all Ready"),
+        format!("{} ({:.1} Services/s)", fmt_duration(ready.done), rate(ready.done)),
+        "-",
+        times_baseline(ready.done, maps.done),
+    );
+    table.row("   … all created (API calls answered)", fmt_duration(ready.created), "-", times_baseline(ready.created, maps.created));
+    table.row(
+        &format!("   baseline: {n} ConfigMaps the same way → all seen"),
+        format!("{} ({:.0} objects/s)", fmt_duration(maps.done), rate(maps.done)),
+        "-",
+        "1×".into(),
+    );
+    table.row(
+        "   … watch events the API server sent meanwhile",
+        format!("{:.0} ({:.0}% of them Homes)", events.all, 100.0 * events.homes / events.all.max(1.0)),
+        "-",
+        "-".into(),
+    );
+}
+
+/// Watch events the API server has sent since it started: all, and those of Homes.
+#[derive(Clone, Copy)]
+struct WatchEvents {
+    all: f64,
+    homes: f64,
+}
+
+impl std::ops::Sub for WatchEvents {
+    type Output = WatchEvents;
+    fn sub(self, earlier: WatchEvents) -> WatchEvents {
+        WatchEvents { all: self.all - earlier.all, homes: self.homes - earlier.homes }
+    }
+}
+
+/// Reads `apiserver_watch_events_total` from the API server's `/metrics`.
+async fn watch_events(client: &kube::Client) -> WatchEvents {
+    let request = http::Request::get("/metrics").body(Vec::new()).expect("a GET request");
+    let text = client.request_text(request).await.unwrap_or_else(|e| panic!("reading the API server's metrics: {e}"));
+    let mut events = WatchEvents { all: 0.0, homes: 0.0 };
+    for line in text.lines().filter(|l| l.starts_with("apiserver_watch_events_total{")) {
+        let Some(count) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else { continue };
+        events.all += count;
+        if line.contains(r#"resource="homes""#) {
+            events.homes += count;
+        }
+    }
+    events
+}
+
+/// When a burst's creations were all answered, and when the watch saw the last one done.
+struct Burst {
+    created: Duration,
+    done: Duration,
+}
+
+/// Creates `docs` through `api` concurrently while watching until `done` holds for each.
+async fn timed_burst<K>(api: &Api<K>, docs: Vec<Value>, done: impl Fn(&K) -> bool) -> Burst
+where
+    K: Resource + Clone + DeserializeOwned + Debug + 'static,
+{
+    let started = Instant::now();
+    let count = docs.len();
+    let create = async {
+        futures::stream::iter(docs)
+            .map(|doc| async move {
+                let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let apply = PatchParams::apply(MANAGER);
+                api.patch(&name, &apply, &Patch::Apply(&doc)).await.unwrap_or_else(|e| panic!("creating {name}: {e}"));
+            })
+            .buffer_unordered(CREATE_CONCURRENCY)
+            .collect::<()>()
+            .await;
+        started.elapsed()
+    };
+    let (created, done) = tokio::join!(create, watch_until(api, count, started, &done));
+    Burst { created, done }
+}
+
+/// Waits until `done` has held for `count` objects of `api` (listing, then
+/// watching from the list; listing again whenever the watch ends); returns the
+/// time since `started`.
+async fn watch_until<K>(api: &Api<K>, count: usize, started: Instant, done: &impl Fn(&K) -> bool) -> Duration
+where
+    K: Resource + Clone + DeserializeOwned + Debug + 'static,
+{
+    let deadline = tokio::time::Instant::now() + WATCH_PATIENCE;
+    let mut seen = BTreeSet::new();
+    let mut note = |object: &K| {
+        if done(object) {
+            seen.insert(object.name_any());
+        }
+        seen.len() >= count
+    };
+    loop {
+        let list = api.list(&ListParams::default()).await.unwrap_or_else(|e| panic!("listing: {e}"));
+        // `note` answers for everything seen so far, so its last answer is the list's.
+        let mut all = false;
+        for object in &list.items {
+            all = note(object);
+        }
+        if all {
+            return started.elapsed();
+        }
+        let version = list.metadata.resource_version.unwrap_or_default();
+        let mut events = api.watch(&WatchParams::default().timeout(240), &version).await.unwrap_or_else(|e| panic!("watching: {e}")).boxed();
+        loop {
+            let next = tokio::time::timeout_at(deadline, events.try_next()).await;
+            match next.unwrap_or_else(|_| panic!("fewer than {count} done within {WATCH_PATIENCE:?}")) {
+                Ok(Some(WatchEvent::Added(o) | WatchEvent::Modified(o))) if note(&o) => return started.elapsed(),
+                Ok(Some(WatchEvent::Error(_)) | None) | Err(_) => break,
+                Ok(Some(_)) => {}
+            }
+        }
+    }
+}
+
+// ---------- 3. Traffic changes ----------
+
+/// Section 3: `n` traffic changes between two warm Revisions, router against control plane.
+async fn traffic_changes(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    let ns = stack.cluster.namespace("bench-traffic").await;
+    let services = Api::<Service>::namespaced(stack.cluster.client().await, &ns);
+    let name = "split";
+    stack.kubectl_apply(&warm_service(&ns, name, artifact, "one"));
+    stack.ready_host(&services, name).await;
+    stack.kubectl_apply(&warm_service(&ns, name, artifact, "two"));
+    let host = stack.ready_host(&services, name).await;
+    // Revision 2 (latest) answering first, so the first change is a real one.
+    stack.poll("revision 2 answering", POLL, async || (stack.get(&host, "/").await.ok()? == (200, "Hello two!\n".into())).then_some(())).await;
+
+    let targets = [(format!("{name}-00001"), "Hello one!\n"), (format!("{name}-00002"), "Hello two!\n")];
+    let (mut served, mut ready) = (Vec::new(), Vec::new());
+    // Change 0 (latest → pinned) is unmeasured.
+    for i in 0..=n {
+        let (revision, body) = &targets[i % 2];
+        let (router, control) = change_traffic(stack, &services, name, &host, revision, body).await;
+        tracing::info!(change = i, ?router, ?control, "traffic → 100% {revision}");
+        if i > 0 {
+            served.push(router);
+            ready.push(control);
+        }
+    }
+    delete_namespace(stack, &ns).await;
+
+    let (served, ready) = (Samples(served), Samples(ready));
+    table.row(
+        &format!("3. traffic change → fiber-router serves it (median of {n})"),
+        fmt_duration(served.median()),
+        "-",
+        times_baseline(served.median(), ready.median()),
+    );
+    table.row("   … p90 / max", spread(&served), "-", times_baseline(served.percentile(90.0), ready.percentile(90.0)));
+    table.row(&format!("   baseline: same patch → Service Ready at its generation (median of {n})"), fmt_duration(ready.median()), "-", "1×".into());
+    table.row("   baseline p90 / max", spread(&ready), "-", "-".into());
+}
+
+/// The `hello` Service with `TARGET=target`, its Revisions kept at one warm fiber at least.
+fn warm_service(ns: &str, name: &str, artifact: &str, target: &str) -> Value {
+    let mut service = knative_service(ns, name, artifact, target, None);
+    service["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = json!("1");
+    service
+}
+
+/// Patches all traffic of Service `name` to `revision`; returns how long until
+/// fiber-router answered `body` on `host`, and until the Service was Ready.
+async fn change_traffic(stack: &LampyrStack, services: &Api<Service>, name: &str, host: &str, revision: &str, body: &str) -> (Duration, Duration) {
+    let patch = json!({ "spec": { "traffic": [{ "revisionName": revision, "percent": 100 }] } });
+    let started = Instant::now();
+    services.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_or_else(|e| panic!("patching traffic: {e}"));
+    // The switch happened before the first request answered from `revision` was sent.
+    let served = async {
+        let what = format!("fiber-router answering from {revision}");
+        let sent = stack
+            .poll(&what, POLL, async || {
+                let sent = Instant::now();
+                (stack.get(host, "/").await.ok()? == (200, body.to_string())).then_some(sent)
+            })
+            .await;
+        sent - started
+    };
+    tokio::join!(served, watch_until(services, 1, started, &service_ready))
+}
+
+// ---------- Clean-up ----------
+
+/// Deletes namespace `ns` and waits until it and its fiberd processes are gone
+/// (at most [`DELETE_PATIENCE`]: a slow clean-up is logged, not fatal).
+async fn delete_namespace(stack: &LampyrStack, ns: &str) {
+    let namespaces = Api::<Namespace>::all(stack.cluster.client().await);
+    namespaces.delete(ns, &DeleteParams::default()).await.unwrap_or_else(|e| panic!("deleting namespace {ns}: {e}"));
+    let started = Instant::now();
+    let prefix = format!("{ns}/");
+    loop {
+        let exists = namespaces.get_opt(ns).await.map_or(true, |n| n.is_some());
+        let pods = stack.pods.ports().keys().filter(|pod| pod.starts_with(&prefix)).count();
+        if !exists && pods == 0 {
+            tracing::info!(took = ?started.elapsed(), "namespace {ns} deleted");
+            return;
+        }
+        if started.elapsed() > DELETE_PATIENCE {
+            tracing::warn!(exists, pods, "namespace {ns} still not gone after {DELETE_PATIENCE:?}; going on");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
