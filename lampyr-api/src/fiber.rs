@@ -179,6 +179,7 @@ pub mod capacity_grant {
     category = "lampyr",
     derive = "PartialEq",
     doc = "Home binds one Knative Revision to its snapshot artifact and a CapacityGrant, carries the fiber policy fiberd and fiber-router apply, and reports which fiberd instances hold how many warm fibers.",
+    selectable = ".spec.grantName",
     printcolumn(name = "Revision", type_ = "string", json_path = ".spec.revisionName"),
     printcolumn(name = "Grant", type_ = "string", json_path = ".spec.grantName"),
     printcolumn(

@@ -103,11 +103,22 @@ enum Command {
     Shutdown,
 }
 
+/// Which Homes the API server sends: those of the one grant served, by the
+/// CRD's selectable field `spec.grantName`, so each Home's writes reach only
+/// its own grant's instances; every Home when several grants are served (a
+/// field selector matches one value), filtered here instead.
+fn home_selector(grants: &[String]) -> watcher::Config {
+    match grants {
+        [grant] => watcher::Config::default().fields(&format!("spec.grantName={grant}")),
+        _ => watcher::Config::default(),
+    }
+}
+
 /// Watches Homes until `stop` fires, then has every supervisor remove its
 /// status entry (within the shutdown timeout) and returns.
 pub(crate) async fn watch_homes(shared: Arc<Shared>, api: Api<Home>, mut stop: oneshot::Receiver<()>) {
     let mut homes = Homes { shared: Arc::clone(&shared), handles: HashMap::new(), tasks: JoinSet::new(), listed: HashSet::new() };
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher(api, home_selector(&shared.config.grants)).default_backoff();
     let mut stream = std::pin::pin!(stream);
     loop {
         tokio::select! {
@@ -145,14 +156,17 @@ impl Homes {
                 self.upsert(home);
             }
             watcher::Event::InitDone => {
-                // Deleted while the watch was down: the list no longer has them.
+                // Deleted or moved to another grant while the watch was down.
                 let gone: Vec<HomeKey> = self.handles.keys().filter(|k| !self.listed.contains(*k)).cloned().collect();
                 for k in gone {
-                    self.release(&k, false);
+                    self.release(&k, true);
                 }
             }
             watcher::Event::Apply(home) => self.upsert(home),
-            watcher::Event::Delete(home) => self.release(&key(&home), false),
+            // A field-selected watch also says Delete for a Home that moved to
+            // another grant, which still exists: remove the entry either way
+            // (a no-op for a Home that is gone).
+            watcher::Event::Delete(home) => self.release(&key(&home), true),
         }
     }
 
