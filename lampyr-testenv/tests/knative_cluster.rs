@@ -157,7 +157,10 @@ async fn a_service_is_defaulted_and_reconciled_into_configuration_route_and_revi
     // Without a Revision reconciler the Revision never becomes ready: every
     // parent reports Ready=Unknown, waiting for it, at the generation it saw.
     let service = wait_for(&apis.services, "hello", "status observed", |s| {
-        s.status.as_ref().is_some_and(|st| st.observed_generation == 1 && !st.latest_created_revision_name.is_empty())
+        // The Configuration's and the Route's parts arrive in separate writes.
+        s.status.as_ref().is_some_and(|st| {
+            st.observed_generation == 1 && !st.latest_created_revision_name.is_empty() && st.url.is_some()
+        })
     })
     .await;
     let status = service.status.expect("status");
