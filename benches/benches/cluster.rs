@@ -252,10 +252,9 @@ async fn watch_events(client: &kube::Client) -> WatchEvents {
     let request = http::Request::get("/metrics").body(Vec::new()).expect("a GET request");
     let text = client.request_text(request).await.unwrap_or_else(|e| panic!("reading the API server's metrics: {e}"));
     let mut events = WatchEvents { all: 0.0, homes: 0.0 };
-    for line in text.lines().filter(|l| l.starts_with("apiserver_watch_events_total{")) {
-        let Some(count) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else { continue };
+    for (labels, count) in lampyr_testenv::stack::metric_samples(&text, "apiserver_watch_events_total") {
         events.all += count;
-        if line.contains(r#"resource="homes""#) {
+        if labels.contains(r#"resource="homes""#) {
             events.homes += count;
         }
     }

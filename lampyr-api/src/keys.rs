@@ -73,6 +73,9 @@ pub const ROLLOUT_DURATION_KEYS: &[&str] = &[
 /// Annotation on a Revision template: its progress deadline (Go duration).
 pub const PROGRESS_DEADLINE_ANNOTATION: &str = "serving.knative.dev/progress-deadline";
 
+/// Label on grant Pods: the CapacityGrant they run.
+pub const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
+
 /// Annotation: the ingress class that implements an object's KIngresses.
 pub const INGRESS_CLASS_ANNOTATION: &str = "networking.knative.dev/ingress.class";
 /// [`INGRESS_CLASS_ANNOTATION`] and its alternative name, in upstream's priority.

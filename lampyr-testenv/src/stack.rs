@@ -173,11 +173,7 @@ impl LampyrStack {
         let Some(port) = self.pods.ports().get(pod).copied() else { return 0 };
         let Ok(response) = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await else { return 0 };
         let text = response.text().await.unwrap_or_default();
-        let executing: f64 = text
-            .lines()
-            .filter(|line| line.starts_with("lampyr_fiber_in_flight"))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
+        let executing: f64 = metric_samples(&text, "lampyr_fiber_in_flight").map(|(_, value)| value).sum();
         executing as u64
     }
 
@@ -212,7 +208,32 @@ fn repository(image: &str) -> &str {
     image.split_once('@').map_or(image, |(repo, _)| repo)
 }
 
+/// The samples of metric `name` in Prometheus text `text`: each line's label
+/// part (`{…}`, or empty) and its value.
+pub fn metric_samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?;
+        let (labels, value) = rest.rsplit_once(' ')?;
+        if !(labels.is_empty() || labels.starts_with('{')) {
+            return None; // another metric whose name starts with `name`
+        }
+        Some((labels, value.parse().ok()?))
+    })
+}
+
 /// Paths of files the stack reads, for callers that need them.
 pub fn lampyr_crds() -> PathBuf {
     repo_root().join("config/crd/lampyr.yaml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_samples;
+
+    #[test]
+    fn metric_samples_reads_one_metric_with_and_without_labels() {
+        let text = "# HELP x_total X\nx_total{a=\"1\"} 2\nx_total 3\nx_total_more 9\ny 4\n";
+        let samples: Vec<(&str, f64)> = metric_samples(text, "x_total").collect();
+        assert_eq!(samples, [("{a=\"1\"}", 2.0), ("", 3.0)]);
+    }
 }

@@ -10,8 +10,7 @@ use lampyr_api::CapacityGrant;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-/// Label on grant Pods: the grant they realise.
-pub const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
+pub use lampyr_api::keys::GRANT_LABEL;
 /// Label on grant Pods: their instance index.
 pub const INSTANCE_LABEL: &str = "fiber.lampyr.dev/instance";
 /// Annotation on grant Pods: a hash of the spec they were created from.

@@ -426,9 +426,10 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         }
     }
 
-    let deadline_in = progress_deadline_left(rev, ctx.config.progress_deadline, &now);
+    let deadline = progress_deadline(rev, ctx.config.progress_deadline);
+    let deadline_in = time_left(rev, deadline, &now);
     if deadline_in.is_some_and(|left| left.is_zero()) {
-        status::progress_deadline_exceeded(&mut status, progress_deadline(rev, ctx.config.progress_deadline), &now);
+        status::progress_deadline_exceeded(&mut status, deadline, &now);
     }
 
     if rev.status.as_ref() != Some(&status) {
@@ -457,13 +458,13 @@ fn progress_deadline(rev: &Revision, default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
-/// Time left until the Revision's progress deadline (zero once it has passed),
-/// counted from its creation; `None` when it has no creation time.
-fn progress_deadline_left(rev: &Revision, default: Duration, now: &Time) -> Option<Duration> {
+/// Time left until `deadline` after the Revision's creation (zero once it has
+/// passed); `None` when it has no creation time.
+fn time_left(rev: &Revision, deadline: Duration, now: &Time) -> Option<Duration> {
     let created = rev.metadata.creation_timestamp.as_ref()?.0;
     let age = now.0.duration_since(created);
     let age = Duration::try_from(age).unwrap_or(Duration::ZERO);
-    Some(progress_deadline(rev, default).saturating_sub(age))
+    Some(deadline.saturating_sub(age))
 }
 
 async fn apply<K>(api: &Api<K>, name: &str, desired: &K, ctx: &Context, kind: &'static str) -> Result<K, Error>

@@ -22,10 +22,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use lampyr_api::keys::GRANT_LABEL;
+
 use super::process::Process;
 
-/// The label grant Pods carry.
-const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
 /// How long a dead fiberd stays down before it is started again (a kubelet's
 /// first back-off is 10 s; tests need less).
 pub const RESTART_DELAY: Duration = Duration::from_secs(1);
