@@ -23,6 +23,9 @@ pub const SNAPSHOT_ARTIFACT: &str = "lampyr.dev/snapshot-artifact";
 /// Annotation naming the Revision's fiberd template sealed to the cluster's fleet key
 /// (an OCI reference pinned by digest); copied to `Home.spec.sealedTemplate`.
 pub const SEALED_TEMPLATE: &str = "lampyr.dev/sealed-template";
+/// Annotation on a Revision template: the fingerprint of the fleet key its sealed template
+/// is sealed to (`ly deploy` writes it, and reseals when the cluster's key changes).
+pub const FLEET_KEY_FINGERPRINT: &str = "lampyr.dev/fleet-key";
 
 /// Label: the Configuration a Revision belongs to.
 pub const CONFIGURATION_LABEL: &str = "serving.knative.dev/configuration";

@@ -50,6 +50,34 @@ pub enum Command {
     /// Install, check, or remove Lampyr on an existing Kubernetes context.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Deploy Knative Services to the installation: push the artifact, seal and push the
+    /// fiberd template, apply the Service and wait until it is Ready.
+    Deploy(DeployArgs),
+}
+
+/// `ly deploy …`
+#[derive(Clone, Debug, clap::Args)]
+pub struct DeployArgs {
+    /// Service manifests, or directories holding a guest crate and `service.yaml`.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Context and kubeconfig.
+    #[command(flatten)]
+    pub target: ContextOptions,
+    /// Namespace of Services whose manifest names none (default: the context's, else `default`).
+    #[arg(long, short)]
+    pub namespace: Option<String>,
+    /// Repository to push built artifacts to, as the host reaches it (`http://…` for plain HTTP;
+    /// a `registryMirrors` key is written as its in-cluster registry). Default: `lampyr/snapshots`
+    /// beside the installation's template repository.
+    #[arg(long)]
+    pub repository: Option<String>,
+    /// Keep the container image as written (default: set it to the artifact, like the annotation).
+    #[arg(long)]
+    pub keep_image: bool,
+    /// Seconds to wait for each Service to become Ready (0: apply and return).
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
 }
 
 /// `ly cluster …`
@@ -87,15 +115,23 @@ pub enum ClusterCommand {
     },
 }
 
-/// Options every `ly cluster` command takes.
+/// Which cluster: a kubeconfig and a context, credentials used unchanged.
 #[derive(Clone, Debug, clap::Args)]
-pub struct ClusterOptions {
+pub struct ContextOptions {
     /// Exact Kubernetes context (default: the kubeconfig's current context).
     #[arg(long)]
     pub context: Option<String>,
     /// Kubeconfig file (default: KUBECONFIG, else ~/.kube/config); its credentials are used unchanged.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+}
+
+/// Options every `ly cluster` command takes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ClusterOptions {
+    /// Context and kubeconfig.
+    #[command(flatten)]
+    pub target: ContextOptions,
     /// Workspace root holding k8s/ (default: the current directory).
     #[arg(long)]
     pub workspace: Option<PathBuf>,

@@ -6,81 +6,32 @@
 //! One test: the steps share the cluster and each depends on the last
 //! (refusals change nothing, install, health, reinstall changes nothing, uninstall).
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::ops::Deref;
+use std::process::Stdio;
 
 use lampyr_testenv::Cluster;
 use serde_json::Value;
+use support::{DIGEST, Ly, health_table, path, stderr, text};
 
-const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+struct Env(Ly);
 
-struct Env {
-    cluster: &'static Cluster,
-    context: String,
-    workspace: tempfile::TempDir,
-    config_dir: tempfile::TempDir,
+impl Deref for Env {
+    type Target = Ly;
+    fn deref(&self) -> &Ly {
+        &self.0
+    }
 }
 
 impl Env {
     fn new() -> Self {
-        let cluster = Cluster::shared();
-        let workspace = tempfile::tempdir().expect("tempdir");
-        let out = Command::new(env!("CARGO_BIN_EXE_ly")).args(["scaffold", "workspace"]).arg(workspace.path()).output().expect("ly");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let config_dir = tempfile::tempdir().expect("tempdir");
-        let controller = lampyr_testenv::repo_root().join("config/fiberd-k8s-controller.yaml");
-        std::fs::copy(controller, config_dir.path().join("fiberd-k8s-controller.yaml")).expect("copy");
-        let context = text(&cluster.kubectl().args(["config", "current-context"]).output().expect("kubectl"));
-        Env { cluster, context: context.trim().to_string(), workspace, config_dir }
+        Env(Ly::new(Cluster::shared()))
     }
 
-    /// Writes a --provider-config file (`extra` YAML lines appended to valid settings) and returns it.
-    fn settings(&self, name: &str, overrides: &[(&str, &str)]) -> PathBuf {
-        let mut keys: BTreeMap<&str, String> = BTreeMap::from([
-            ("controllerManifest", "fiberd-k8s-controller.yaml".to_string()),
-            ("grantImage", format!("registry.example.com/lampyr/fiberd@{DIGEST}")),
-            ("helperImage", format!("registry.example.com/lampyr/fiberd-helper@{DIGEST}")),
-            ("zygoteRegistries", "[registry.example.com/lampyr/fiberd-templates]".to_string()),
-            ("domain", "apps.example.org".to_string()),
-        ]);
-        for (key, value) in overrides {
-            keys.insert(key, value.to_string());
-        }
-        let yaml: String = keys.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
-        let path = self.config_dir.path().join(name);
-        std::fs::write(&path, yaml).expect("write settings");
-        path
-    }
-
-    /// Runs `ly cluster ARGS --kubeconfig … --context … --workspace …`, stdin not a terminal.
-    fn ly(&self, args: &[&str]) -> Output {
-        let kubectl = self.cluster.kubectl().get_program().to_owned();
-        Command::new(env!("CARGO_BIN_EXE_ly"))
-            .arg("cluster")
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(self.cluster.kubeconfig())
-            .args(["--context", &self.context])
-            .arg("--workspace")
-            .arg(self.workspace.path())
-            .env("LY_KUBECTL", kubectl)
-            .stdin(Stdio::null())
-            .output()
-            .expect("ly runs")
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        self.cluster.kubectl().args(args).output().expect("kubectl")
-    }
-
-    fn exists(&self, resource: &str, namespace: Option<&str>) -> bool {
-        let mut args = vec!["get", resource, "--ignore-not-found", "-o", "name"];
-        if let Some(ns) = namespace {
-            args.extend(["-n", ns]);
-        }
-        let out = self.kubectl(&args);
-        !text(&out).trim().is_empty()
+    fn ly(&self, args: &[&str]) -> std::process::Output {
+        self.0.cluster(args)
     }
 
     /// The Lampyr objects a refused install must not have created.
@@ -139,34 +90,13 @@ impl Env {
     }
 }
 
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 fn refused(env: &Env, args: &[&str], message: &str) {
     let out = env.ly(args);
     assert!(!out.status.success(), "{args:?} must be refused:\n{}", stderr(&out));
     assert!(stderr(&out).contains(message), "{args:?}: expected {message:?} in:\n{}", stderr(&out));
     env.assert_nothing_installed(&format!("{args:?}"));
-}
-
-fn health_table(out: &Output) -> BTreeMap<String, bool> {
-    text(out)
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            let mark = words.next()?;
-            Some((words.next()?.to_string(), mark == "PASS"))
-        })
-        .collect()
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
 }
 
 #[tokio::test(flavor = "multi_thread")]

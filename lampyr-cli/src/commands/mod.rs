@@ -1,9 +1,11 @@
 //! Command implementations and the CLI's error type.
 
 pub mod cluster;
+pub mod deploy;
 pub mod run;
 pub mod scaffold;
 pub mod snapshot;
+pub mod source;
 
 use crate::args::{Cli, Command, ScaffoldCommand};
 use crate::ui::Ui;
@@ -32,6 +34,12 @@ pub enum CliError {
     /// A `ly cluster` command failed.
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterError),
+    /// `ly deploy` failed.
+    #[error(transparent)]
+    Deploy(#[from] deploy::DeployError),
+    /// A template could not be sealed.
+    #[error(transparent)]
+    Seal(#[from] lampyr_fiber::seal::SealError),
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
@@ -66,6 +74,10 @@ pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
             let mut ui = ui;
             cluster::run(cmd, &mut ui)?;
             Ok(())
+        }
+        Command::Deploy(args) => {
+            let mut ui = ui;
+            deploy::run(args, &mut ui)
         }
         Command::Run { paths, listen, domain, watch, scale_to_zero_grace, scale_tick } => {
             let scaler = lampyr_router::ScalerConfig {

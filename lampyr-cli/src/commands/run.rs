@@ -6,17 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use lampyr_api::keys::SNAPSHOT_ARTIFACT;
-use lampyr_api::{ManifestObject, Service, parse_manifests, revision_name};
-use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact};
+use lampyr_api::{Service, revision_name};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::policy::FiberPolicy;
 use lampyr_fiber::runtime::{RevisionPoolError, revision_pool};
 use lampyr_router::{LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use prometheus_client::registry::Registry;
 
 use super::CliError;
-use super::snapshot::{resolve, resolve_guest};
+use super::source::{Source, artifact_for, read_manifest, source_of};
 use crate::ui::Ui;
 
 /// What `ly run` was asked to serve and how.
@@ -34,11 +31,14 @@ pub struct RunOptions {
     pub scaler: ScalerConfig,
 }
 
-/// One manifest and the guest crate that goes with it, if any.
-#[derive(Clone, Debug)]
-struct Source {
-    manifest: PathBuf,
-    guest: Option<PathBuf>,
+fn read_services(manifest: &Path, ui: &Mutex<Ui>) -> Result<Vec<Service>, CliError> {
+    let contents = read_manifest(manifest)?;
+    with_ui(ui, |ui| {
+        for other in &contents.others {
+            ui.step(format!("{}: ignoring {other}: ly run serves Services", manifest.display()));
+        }
+    });
+    Ok(contents.services.into_iter().map(|d| d.service).collect())
 }
 
 /// A Service as served: its URL and Revisions.
@@ -109,20 +109,6 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Where a PATH's manifest and guest crate are.
-fn source_of(path: &Path) -> Result<Source, CliError> {
-    let (manifest, dir) = if path.is_dir() {
-        (path.join("service.yaml"), path.to_path_buf())
-    } else {
-        (path.to_path_buf(), path.parent().map(Path::to_path_buf).unwrap_or_default())
-    };
-    if !manifest.is_file() {
-        return Err(CliError::Usage(format!("{}: no such manifest (give a Service YAML or a directory with service.yaml)", manifest.display())));
-    }
-    let guest = dir.join("Cargo.toml").is_file().then_some(dir);
-    Ok(Source { manifest, guest })
-}
-
 /// Builds the whole routing table from every source.
 async fn load_all(
     sources: &[Source],
@@ -153,25 +139,6 @@ async fn load_all(
         }
     }
     Ok((table, served))
-}
-
-fn read_services(manifest: &Path, ui: &Mutex<Ui>) -> Result<Vec<Service>, CliError> {
-    let text = std::fs::read_to_string(manifest).map_err(|e| CliError::Usage(format!("{}: {e}", manifest.display())))?;
-    let docs = parse_manifests(&text, &manifest.display().to_string())?;
-    let mut services = Vec::new();
-    for doc in docs {
-        match doc.object {
-            ManifestObject::Service(s) => services.push(*s),
-            ManifestObject::Configuration(_) | ManifestObject::Other(_) => with_ui(ui, |ui| {
-                let name = doc.name().unwrap_or("(unnamed)");
-                ui.step(format!("{}: ignoring {} {name} (document {}): ly run serves Services", manifest.display(), doc.kind(), doc.document));
-            }),
-        }
-    }
-    if services.is_empty() {
-        return Err(CliError::Usage(format!("{}: no serving.knative.dev/v1 Service in it", manifest.display())));
-    }
-    Ok(services)
 }
 
 /// `spec.traffic` as `(revision, percent)`; by default 100 % to the latest.
@@ -216,7 +183,10 @@ async fn load_revision(
 ) -> Result<(RevisionEntry, String), CliError> {
     let policy = lampyr_fiber::translate::translate(&service.spec.template)
         .map_err(|e| CliError::Usage(format!("{}: {e}", source.manifest.display())))?;
-    let artifact = artifact_for(source, service, &policy, ui)?;
+    let artifact = {
+        let mut ui = ui.lock().map_err(|_| CliError::Usage("terminal lock poisoned".into()))?;
+        artifact_for(source, service, &policy, &mut ui)?
+    };
     let pool = revision_pool(&artifact, &policy, revision, scaler.max_fibers, metrics.clone()).map_err(|e| match e {
         RevisionPoolError::Template(e) => CliError::Artifact(e),
         e @ RevisionPoolError::MemoryBelowHeap { .. } => CliError::Usage(format!("{}: {e}", source.manifest.display())),
@@ -226,48 +196,6 @@ async fn load_revision(
         .map_err(|e| CliError::Usage(format!("revision {revision}: {e}")))?;
     let entry = RevisionEntry::new(namespace, revision, policy, backend);
     Ok((entry, artifact.digest))
-}
-
-/// The Revision's artifact: the annotation's reference, or the guest crate beside the manifest, built now.
-fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui: &Mutex<Ui>) -> Result<VerifiedArtifact, CliError> {
-    let annotations = service.spec.template.metadata.annotations.as_ref();
-    if let Some(reference) = annotations.and_then(|a| a.get(SNAPSHOT_ARTIFACT)) {
-        let base = source.manifest.parent().unwrap_or(Path::new("."));
-        let reference = relative_layout(reference, base);
-        let mut ui = ui.lock().map_err(|_| CliError::Usage("terminal lock poisoned".into()))?;
-        return resolve(&reference, &mut ui);
-    }
-    let Some(guest) = &source.guest else {
-        return Err(CliError::Usage(format!(
-            "{}: the template has no {SNAPSHOT_ARTIFACT} annotation and no guest crate sits beside the manifest",
-            source.manifest.display()
-        )));
-    };
-    let mut ui = ui.lock().map_err(|_| CliError::Usage("terminal lock poisoned".into()))?;
-    let elf = resolve_guest(guest, None, &mut ui)?;
-    let out = build_dir(guest)?;
-    ui.step(format!("snapshotting {}", elf.display()));
-    let opts = BuildOptions { heap_size: policy.memory_bytes, ..BuildOptions::default() };
-    let built = build_artifact(&elf, &out, &opts)?;
-    Ok(lampyr_fiber::artifact::verify_layout(&out, Some(&built.digest))?)
-}
-
-/// A layout reference relative to the manifest's directory, as written in the annotation.
-fn relative_layout(reference: &str, base: &Path) -> String {
-    let (path, pin) = reference.split_once('@').map_or((reference, None), |(p, d)| (p, Some(d)));
-    if path.starts_with("./") || path.starts_with("../") {
-        let joined = base.join(path).display().to_string();
-        return pin.map_or(joined.clone(), |d| format!("{joined}@{d}"));
-    }
-    reference.to_string()
-}
-
-/// Where `ly run` keeps the artifact it builds for a guest crate.
-fn build_dir(guest: &Path) -> Result<PathBuf, CliError> {
-    let root = lampyr_fiber::cache::Cache::default_location()?;
-    let canonical = guest.canonicalize().unwrap_or_else(|_| guest.to_path_buf());
-    let key = lampyr_fiber::artifact::layout::sha256_digest(canonical.display().to_string().as_bytes());
-    Ok(root.join("run").join(&key["sha256:".len().."sha256:".len() + 16]))
 }
 
 /// Polls the sources' files and swaps in a rebuilt table when one changes.

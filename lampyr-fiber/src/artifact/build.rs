@@ -143,6 +143,24 @@ pub fn build_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Result<Bui
     Ok(BuiltArtifact { layout: out.to_path_buf(), digest, snapshot_manifest, metadata })
 }
 
+/// The artifact in `out` when it was built from exactly this `elf` with these
+/// options for this host (its metadata records the ELF's digest and the sizes);
+/// `None` when there is none, it differs, or it does not verify. Snapshots are
+/// not byte-for-byte reproducible, so reusing one keeps an unchanged guest's
+/// artifact digest, and everything pinned to it, stable.
+pub fn reusable_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Option<super::VerifiedArtifact> {
+    let existing = super::verify_layout(out, None).ok()?;
+    let elf_digest = sha256_digest(&read_elf(elf).ok()?);
+    let s = opts.sizes();
+    let m = &existing.metadata;
+    let same = m.abi_version == u32::from(ABI_VERSION)
+        && m.guest_elf_digest == elf_digest
+        && (m.max_request_body, m.max_response_body) == (opts.max_body, opts.max_body)
+        && (m.heap_size, m.scratch_size) == (s.heap, s.scratch)
+        && existing.fit == super::PlatformFit::Fits;
+    same.then_some(existing)
+}
+
 fn read_elf(path: &Path) -> Result<Vec<u8>, ArtifactError> {
     let len = std::fs::metadata(path).map_err(|e| ArtifactError::io(path, e))?.len();
     if len > MAX_ELF_BYTES {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use build::{BuildOptions, BuiltArtifact, build_artifact};
+pub use build::{BuildOptions, BuiltArtifact, build_artifact, reusable_artifact};
 pub use platform::Platform;
 pub use reference::ArtifactRef;
 pub use verify::{PlatformFit, VerifiedArtifact, verify_layout};

@@ -13,7 +13,7 @@ use serde_json::Value;
 use self::kubectl::{Kubectl, KubectlError};
 use self::plan::{INSTALLATION, ObjectRef, PlanError, SYSTEM_NAMESPACE, Step};
 use self::settings::SettingsError;
-use crate::args::{ClusterCommand, ClusterOptions};
+use crate::args::{ClusterCommand, ClusterOptions, ContextOptions};
 use crate::ui::{Color, Ui};
 
 /// The fleet key Secret (`namespace`, `name`): `ly deploy` creates it, uninstall deletes it.
@@ -90,11 +90,11 @@ fn refuse_provider(provider: Option<String>) -> Result<(), ClusterError> {
 }
 
 fn kubectl(options: &ClusterOptions) -> Kubectl {
-    Kubectl::new(options.kubeconfig.clone(), options.context.clone())
+    Kubectl::new(options.target.kubeconfig.clone(), options.target.context.clone())
 }
 
 /// Checks the API server answers; returns the context's name for messages.
-fn reach(kubectl: &Kubectl, options: &ClusterOptions) -> Result<String, ClusterError> {
+pub fn reach(kubectl: &Kubectl, options: &ContextOptions) -> Result<String, ClusterError> {
     kubectl.run(&["get", "--raw", "/readyz"], None).map_err(ClusterError::Unreachable)?;
     match &options.context {
         Some(context) => Ok(context.clone()),
@@ -110,7 +110,7 @@ fn install(options: &ClusterOptions, ui: &mut Ui) -> Result<(), ClusterError> {
     let mut steps = plan::steps(&workspace, &checked)?;
     let kubectl = kubectl(options);
     ui.step("checking the cluster");
-    let context = reach(&kubectl, options)?;
+    let context = reach(&kubectl, &options.target)?;
     let previous = read_plan(&kubectl)?;
     let placeholder = Step { title: "installation record".into(), objects: plan::record(&[], &checked) };
     steps.insert(0, placeholder);
@@ -156,17 +156,20 @@ fn check_cert_manager(kubectl: &Kubectl, ui: &mut Ui) -> Result<(), ClusterError
 
 /// The retained plan of a previous install, if any.
 pub fn read_plan(kubectl: &Kubectl) -> Result<Option<Vec<ObjectRef>>, ClusterError> {
-    let template = "--template={{if .data.plan}}{{index .data \"plan\" | base64decode}}{{end}}";
+    let Some(plan) = record_entry(kubectl, "plan")? else { return Ok(None) };
+    serde_json::from_str(&plan).map(Some).map_err(|e| ClusterError::Record(e.to_string()))
+}
+
+/// Entry `key` of the installation record Secret, decoded (`None`: no record, or no such entry).
+pub fn record_entry(kubectl: &Kubectl, key: &str) -> Result<Option<String>, ClusterError> {
+    let template = format!("--template={{{{if .data.{key}}}}}{{{{index .data \"{key}\" | base64decode}}}}{{{{end}}}}");
     let secret = format!("secret/{INSTALLATION}");
-    let out = match kubectl.run(&["get", &secret, "-n", SYSTEM_NAMESPACE, "--ignore-not-found", "-o", "go-template", template], None) {
+    let out = match kubectl.run(&["get", &secret, "-n", SYSTEM_NAMESPACE, "--ignore-not-found", "-o", "go-template", &template], None) {
         Ok(out) => out,
         Err(e) if e.unknown_kind() => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    if out.trim().is_empty() {
-        return Ok(None);
-    }
-    serde_json::from_str(&out).map(Some).map_err(|e| ClusterError::Record(e.to_string()))
+    Ok(Some(out).filter(|o| !o.trim().is_empty()))
 }
 
 /// Every object of `steps` once, in order, marked `created` when it does not exist yet or a
@@ -264,7 +267,7 @@ fn approve(options: &ClusterOptions, ui: &mut Ui, action: &'static str) -> Resul
 fn uninstall(options: &ClusterOptions, delete_cluster: bool, ui: &mut Ui) -> Result<(), ClusterError> {
     let kubectl = kubectl(options);
     ui.step("checking the cluster");
-    let context = reach(&kubectl, options)?;
+    let context = reach(&kubectl, &options.target)?;
     if delete_cluster {
         let provider = recorded_provider(&kubectl)?;
         return Err(provider.map_or(ClusterError::NoProvider, ClusterError::ProviderUnsupported));
@@ -275,7 +278,11 @@ fn uninstall(options: &ClusterOptions, delete_cluster: bool, ui: &mut Ui) -> Res
     }
     let plan = plan.unwrap_or_default();
     let kept: Vec<ObjectRef> = plan.iter().filter(|o| !o.created).cloned().collect();
-    let batches = deletion_batches(plan);
+    let mut batches = deletion_batches(plan);
+    let services = sealed_services(&kubectl)?;
+    if !services.is_empty() {
+        batches.insert(0, services);
+    }
     let total: usize = batches.iter().map(Vec::len).sum();
     ui.note(format!("ly will delete {total} objects from context {context:?} ({}), keeping the cluster:", ui.paint(Color::Red, "-")));
     for object in batches.iter().flatten() {
@@ -333,7 +340,8 @@ fn recorded_provider(kubectl: &Kubectl) -> Result<Option<String>, ClusterError> 
     Ok(config.and_then(|c| c["data"]["provider"].as_str().map(str::to_string)).filter(|p| !p.is_empty()))
 }
 
-/// What uninstall deletes, in order: the objects the installation created (newest first),
+/// What uninstall deletes, in order (after the Services sealed to the fleet key): the objects
+/// the installation created (newest first),
 /// then the fleet key, then CRDs, then the installation record, then namespaces, so a failed
 /// uninstall keeps its record and can be retried.
 fn deletion_batches(plan: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
@@ -352,19 +360,36 @@ fn deletion_batches(plan: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
     vec![objects, vec![fleet_key], crds, record, namespaces].into_iter().filter(|b| !b.is_empty()).collect()
 }
 
-/// Deletes `objects` and waits for them to be gone; a kind already gone counts as deleted.
+/// The Knative Services `ly deploy` sealed to the fleet key: uninstall deletes them with it,
+/// since their templates never open again.
+fn sealed_services(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
+    let out = match kubectl.run(&["get", "services.serving.knative.dev", "--all-namespaces", "-o", "json"], None) {
+        Ok(out) => out,
+        Err(e) if e.unknown_kind() => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let list: Value = serde_json::from_str(&out).unwrap_or_default();
+    let sealed = |s: &&Value| s["spec"]["template"]["metadata"]["annotations"][lampyr_api::keys::SEALED_TEMPLATE].is_string();
+    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    Ok(items.iter().filter(sealed).map(ObjectRef::of).map(|o| ObjectRef { created: true, ..o }).collect())
+}
+
+/// Deletes `objects` and waits for them and their dependents to be gone (foreground cascade:
+/// a Knative Service's Configuration, Route and Revisions go before it does, so a deploy
+/// right after an uninstall finds none left); a kind already gone counts as deleted.
 fn delete(kubectl: &Kubectl, objects: &[ObjectRef], ui: &mut Ui) -> Result<(), ClusterError> {
     let first = objects.first().map(ObjectRef::display).unwrap_or_default();
     let plural = if objects.len() == 1 { "" } else { "s" };
     ui.step(format!("deleting {} object{plural} ({first}{})", objects.len(), if objects.len() > 1 { ", …" } else { "" }));
     let stubs: Vec<Value> = objects.iter().map(ObjectRef::stub).collect();
-    let args = ["delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=180s"];
+    let args = ["delete", "-f", "-", "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=180s"];
     match kubectl.run(&args, Some(&plan::stream(&stubs))) {
         Ok(_) => Ok(()),
         Err(e) if e.unknown_kind() => {
             for object in objects {
                 let resource = object.resource();
-                let mut args = vec!["delete", resource.as_str(), "--ignore-not-found", "--wait=true", "--timeout=180s"];
+                let mut args =
+                    vec!["delete", resource.as_str(), "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=180s"];
                 if let Some(namespace) = &object.namespace {
                     args.extend(["-n", namespace]);
                 }

@@ -1,0 +1,121 @@
+//! Where `ly deploy` pushes: the installation's template repository (as its
+//! record names it) and the artifact repository, each spelled twice: as the
+//! host pushes to it and as the cluster pulls from it.
+
+use std::collections::BTreeMap;
+
+use lampyr_fiber::artifact::reference::Repository;
+
+use super::DeployError;
+use crate::commands::cluster::kubectl::Kubectl;
+use crate::commands::cluster::plan::{INSTALLATION, SYSTEM_NAMESPACE};
+use crate::commands::cluster::settings::PlatformSettings;
+use crate::commands::cluster::{ClusterError, record_entry};
+use crate::template_repository::RegistryMirror;
+
+/// Path of the artifact repository beside the template repository.
+pub const ARTIFACTS_PATH: &str = "lampyr/snapshots";
+
+/// One repository as the host pushes to it and as the cluster pulls from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spelled {
+    /// Where the host pushes (`http://…` when plain HTTP).
+    pub push: Repository,
+    /// How the cluster names it: the reference written into the Service (no scheme).
+    pub pull: String,
+}
+
+/// Both repositories of a deploy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repositories {
+    /// Sealed fiberd templates.
+    pub templates: Spelled,
+    /// Snapshot artifacts.
+    pub artifacts: Spelled,
+}
+
+/// Reads the installation record and derives both repositories; `artifacts` overrides the artifact one.
+pub fn read(kubectl: &Kubectl, artifacts: Option<&str>) -> Result<Repositories, DeployError> {
+    let config = kubectl.get_json(&format!("configmap/{INSTALLATION}"), Some(SYSTEM_NAMESPACE)).map_err(ClusterError::from)?;
+    let data = config.as_ref().map(|c| &c["data"]);
+    let field = |key: &str| data.and_then(|d| d[key].as_str()).filter(|v| !v.is_empty()).map(str::to_string);
+    let (Some(push), Some(pull)) = (field("templatePush"), field("templateRepository")) else {
+        return Err(DeployError::NotInstalled);
+    };
+    let settings = record_entry(kubectl, "settings")?.ok_or(DeployError::NotInstalled)?;
+    let settings: PlatformSettings = serde_json::from_str(&settings).map_err(|e| ClusterError::Record(e.to_string()))?;
+    derive(&push, &pull, artifacts, &settings.registry_mirrors)
+}
+
+/// The repositories from the recorded template spellings, the mirrors, and an artifact override.
+pub fn derive(
+    template_push: &str,
+    template_pull: &str,
+    artifacts: Option<&str>,
+    mirrors: &BTreeMap<String, RegistryMirror>,
+) -> Result<Repositories, DeployError> {
+    let templates = Spelled { push: parse(template_push)?, pull: bare(template_pull) };
+    let artifacts = match artifacts {
+        None => Spelled { push: parse(&sibling(template_push))?, pull: bare(&sibling(template_pull)) },
+        Some(given) => {
+            let push = parse(given)?;
+            let pull = match mirrors.get(&push.registry) {
+                Some(mirror) => format!("{}/{}", mirror.registry, push.path),
+                None => format!("{}/{}", push.registry, push.path),
+            };
+            Spelled { push, pull }
+        }
+    };
+    Ok(Repositories { templates, artifacts })
+}
+
+fn parse(repository: &str) -> Result<Repository, DeployError> {
+    Repository::parse(repository).map_err(|e| DeployError::Repository { repository: repository.to_string(), reason: e.to_string() })
+}
+
+/// A repository without its scheme: how references in a Service spell it.
+fn bare(repository: &str) -> String {
+    repository.trim_start_matches("http://").trim_start_matches("https://").to_string()
+}
+
+/// [`ARTIFACTS_PATH`] in the registry of `repository`, keeping its scheme.
+fn sibling(repository: &str) -> String {
+    let (scheme, rest) = repository.find("://").map_or(("", repository), |i| repository.split_at(i + 3));
+    let registry = rest.split('/').next().unwrap_or(rest);
+    format!("{scheme}{registry}/{ARTIFACTS_PATH}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mirrors() -> BTreeMap<String, RegistryMirror> {
+        BTreeMap::from([("localhost:5002".to_string(), RegistryMirror { registry: "kind-registry:5000".into(), plain_http: true })])
+    }
+
+    #[test]
+    fn artifacts_default_to_the_template_registry_in_both_spellings() {
+        let r = derive(
+            "http://localhost:5002/lampyr/fiberd-templates",
+            "http://kind-registry:5000/lampyr/fiberd-templates",
+            None,
+            &mirrors(),
+        )
+        .expect("derives");
+        assert_eq!(r.templates.push.to_string(), "http://localhost:5002/lampyr/fiberd-templates");
+        assert_eq!(r.templates.pull, "kind-registry:5000/lampyr/fiberd-templates");
+        assert_eq!(r.artifacts.push.to_string(), "http://localhost:5002/lampyr/snapshots");
+        assert_eq!(r.artifacts.pull, "kind-registry:5000/lampyr/snapshots");
+    }
+
+    #[test]
+    fn a_given_artifact_repository_is_pulled_through_its_mirror_or_as_given() {
+        let t = "registry.example.com/t";
+        let via_mirror = derive(t, t, Some("http://localhost:5002/team/app"), &mirrors()).expect("derives");
+        assert_eq!(via_mirror.artifacts.pull, "kind-registry:5000/team/app");
+        let direct = derive(t, t, Some("registry.example.com/team/app"), &mirrors()).expect("derives");
+        assert_eq!((direct.artifacts.push.to_string().as_str(), direct.artifacts.pull.as_str()), ("registry.example.com/team/app", "registry.example.com/team/app"));
+        let bad = derive(t, t, Some("Not A Repo"), &mirrors()).expect_err("refused");
+        assert!(bad.to_string().contains("Not A Repo"), "{bad}");
+    }
+}

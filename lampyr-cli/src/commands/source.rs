@@ -1,0 +1,149 @@
+//! What `ly run` and `ly deploy` read: a Service manifest, the guest crate
+//! beside it, and the snapshot artifact of its template (referenced, or built now).
+
+use std::path::{Path, PathBuf};
+
+use lampyr_api::keys::SNAPSHOT_ARTIFACT;
+use lampyr_api::{ManifestObject, Service, parse_manifests};
+use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact, reusable_artifact};
+use lampyr_fiber::policy::FiberPolicy;
+use serde::Deserialize as _;
+
+use super::CliError;
+use super::snapshot::{resolve, resolve_guest};
+use crate::ui::Ui;
+
+/// One manifest and the guest crate that goes with it, if any.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The Service manifest.
+    pub manifest: PathBuf,
+    /// The guest crate directory beside it, if there is one.
+    pub guest: Option<PathBuf>,
+}
+
+/// One Service document of a manifest.
+#[derive(Clone, Debug)]
+pub struct ServiceDocument {
+    /// Number of the YAML document in the stream, from 1.
+    pub document: usize,
+    /// The Service, parsed.
+    pub service: Service,
+    /// The document as written, every field kept (what `ly deploy` applies).
+    pub raw: serde_json::Value,
+}
+
+/// The documents of a manifest: its Services, and a description of every other document.
+#[derive(Clone, Debug, Default)]
+pub struct ManifestContents {
+    /// The `serving.knative.dev/v1` Services.
+    pub services: Vec<ServiceDocument>,
+    /// `"<kind> <name> (document N)"` for every other document.
+    pub others: Vec<String>,
+}
+
+/// Where a PATH's manifest and guest crate are: a Service YAML, or a directory
+/// holding `service.yaml` (and perhaps a guest crate).
+pub fn source_of(path: &Path) -> Result<Source, CliError> {
+    let (manifest, dir) = if path.is_dir() {
+        (path.join("service.yaml"), path.to_path_buf())
+    } else {
+        (path.to_path_buf(), path.parent().map(Path::to_path_buf).unwrap_or_default())
+    };
+    if !manifest.is_file() {
+        return Err(CliError::Usage(format!(
+            "{}: no such manifest (give a Service YAML or a directory with service.yaml)",
+            manifest.display()
+        )));
+    }
+    let guest = dir.join("Cargo.toml").is_file().then_some(dir);
+    Ok(Source { manifest, guest })
+}
+
+/// Reads and parses every document of `manifest`; refuses a manifest without a Service.
+pub fn read_manifest(manifest: &Path) -> Result<ManifestContents, CliError> {
+    let text = std::fs::read_to_string(manifest).map_err(|e| CliError::Usage(format!("{}: {e}", manifest.display())))?;
+    let docs = parse_manifests(&text, &manifest.display().to_string())?;
+    let raw = raw_documents(&text, manifest)?;
+    let mut contents = ManifestContents::default();
+    for doc in docs {
+        match doc.object {
+            ManifestObject::Service(service) => {
+                let raw = raw.get(doc.document - 1).cloned().unwrap_or_default();
+                contents.services.push(ServiceDocument { document: doc.document, service: *service, raw });
+            }
+            ManifestObject::Configuration(_) | ManifestObject::Other(_) => {
+                let name = doc.name().unwrap_or("(unnamed)");
+                contents.others.push(format!("{} {name} (document {})", doc.kind(), doc.document));
+            }
+        }
+    }
+    if contents.services.is_empty() {
+        return Err(CliError::Usage(format!("{}: no serving.knative.dev/v1 Service in it", manifest.display())));
+    }
+    Ok(contents)
+}
+
+/// Every document of a YAML stream as JSON, in stream order (empty documents are `null`).
+fn raw_documents(text: &str, manifest: &Path) -> Result<Vec<serde_json::Value>, CliError> {
+    serde_yaml::Deserializer::from_str(text)
+        .enumerate()
+        .map(|(index, doc)| {
+            let value = serde_yaml::Value::deserialize(doc).and_then(|v| serde_yaml::from_value::<serde_json::Value>(v));
+            value.map_err(|e| CliError::Usage(format!("{} (document {}): {e}", manifest.display(), index + 1)))
+        })
+        .collect()
+}
+
+/// The artifact of `service`'s template: the annotation's reference (a layout
+/// path relative to the manifest, or a registry reference pulled by digest),
+/// or the guest crate beside the manifest, built and snapshotted now.
+pub fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui: &mut Ui) -> Result<VerifiedArtifact, CliError> {
+    let annotations = service.spec.template.metadata.annotations.as_ref();
+    if let Some(reference) = annotations.and_then(|a| a.get(SNAPSHOT_ARTIFACT)) {
+        let base = source.manifest.parent().unwrap_or(Path::new("."));
+        return resolve(&relative_layout(reference, base), ui);
+    }
+    let Some(guest) = &source.guest else {
+        return Err(CliError::Usage(format!(
+            "{}: the template has no {SNAPSHOT_ARTIFACT} annotation and no guest crate sits beside the manifest",
+            source.manifest.display()
+        )));
+    };
+    let elf = resolve_guest(guest, None, ui)?;
+    let out = build_dir(guest)?;
+    let opts = BuildOptions { heap_size: policy.memory_bytes, ..BuildOptions::default() };
+    if let Some(unchanged) = reusable_artifact(&elf, &out, &opts) {
+        ui.step(format!("guest unchanged: reusing its snapshot {}", unchanged.digest));
+        return Ok(unchanged);
+    }
+    if out.exists() {
+        std::fs::remove_dir_all(&out).map_err(|e| CliError::Usage(format!("removing the old snapshot {}: {e}", out.display())))?;
+    }
+    ui.step(format!("snapshotting {}", elf.display()));
+    let built = build_artifact(&elf, &out, &opts)?;
+    Ok(lampyr_fiber::artifact::verify_layout(&out, Some(&built.digest))?)
+}
+
+/// Whether `reference` (an annotation's value) names a registry artifact rather than a layout.
+pub fn is_registry_reference(reference: &str) -> bool {
+    matches!(lampyr_fiber::ArtifactRef::parse(reference), Ok(lampyr_fiber::ArtifactRef::Registry { .. }))
+}
+
+/// A layout reference relative to the manifest's directory, as written in the annotation.
+fn relative_layout(reference: &str, base: &Path) -> String {
+    let (path, pin) = reference.split_once('@').map_or((reference, None), |(p, d)| (p, Some(d)));
+    if path.starts_with("./") || path.starts_with("../") {
+        let joined = base.join(path).display().to_string();
+        return pin.map_or(joined.clone(), |d| format!("{joined}@{d}"));
+    }
+    reference.to_string()
+}
+
+/// Where the artifact built for a guest crate is kept.
+fn build_dir(guest: &Path) -> Result<PathBuf, CliError> {
+    let root = lampyr_fiber::cache::Cache::default_location()?;
+    let canonical = guest.canonicalize().unwrap_or_else(|_| guest.to_path_buf());
+    let key = lampyr_fiber::artifact::layout::sha256_digest(canonical.display().to_string().as_bytes());
+    Ok(root.join("run").join(&key["sha256:".len().."sha256:".len() + 16]))
+}

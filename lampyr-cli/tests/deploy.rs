@@ -1,0 +1,153 @@
+//! `ly deploy` against the whole cluster side (`lampyr_testenv::LampyrStack`:
+//! a real API server, upstream Knative, lampyr-controller, the grant
+//! controller, fiberd for every grant Pod, fiber-router and a real registry),
+//! after `ly cluster install` with the registry as its one local mirror.
+//!
+//! One test: the steps share the cluster and each depends on the last
+//! (refusals, deploy, reach, redeploy, uninstall, reinstall with a new key).
+
+mod support;
+
+use std::time::Duration;
+
+use lampyr_testenv::stack::{GRANT_IMAGE, HELPER_IMAGE};
+use lampyr_testenv::{LampyrStack, repo_root};
+use serde_json::Value;
+use support::{Ly, health_table, path, stderr, text};
+
+const FLEET_KEY: &str = "secret/lampyr-fiberd-seal-key";
+
+/// The fleet key Secret's key, if it exists.
+fn fleet_key(ly: &Ly) -> Option<String> {
+    let out = ly.kubectl(&["get", FLEET_KEY, "-n", "default", "--ignore-not-found", "-o", "jsonpath={.data.key}"]);
+    Some(text(&out)).filter(|k| !k.is_empty())
+}
+
+/// Knative Service `name` in `default` as JSON.
+fn live_service(ly: &Ly, name: &str) -> Value {
+    let out = ly.kubectl(&["get", &format!("services.serving.knative.dev/{name}"), "-n", "default", "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `ly deploy ARGS` must fail saying `message`, with no fleet key and no Service made.
+fn refused(ly: &Ly, args: &[&str], message: &str) {
+    let out = ly.deploy(args);
+    assert!(!out.status.success(), "{args:?} must be refused:\n{}", stderr(&out));
+    assert!(stderr(&out).contains(message), "{args:?}: expected {message:?} in:\n{}", stderr(&out));
+    assert_eq!(fleet_key(ly), None, "{args:?} created the fleet key");
+    assert!(!ly.exists("services.serving.knative.dev/hello", Some("default")), "{args:?} applied a Service");
+}
+
+fn deploy_hello(ly: &Ly) -> String {
+    let hello = repo_root().join("examples/hello");
+    let out = ly.deploy(&[path(&hello), "--timeout", "120"]);
+    assert!(out.status.success(), "deploy failed:\n{}", stderr(&out));
+    stderr(&out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
+    let stack = LampyrStack::shared();
+    let ly = Ly::new(stack.cluster);
+    let registry = stack.registry.host();
+    let mirror = format!("{{\"localhost:{}\": {{registry: \"{registry}\", plainHttp: true}}}}", stack.registry.addr().port());
+    let settings = ly.settings(
+        "platform.yaml",
+        &[("grantImage", GRANT_IMAGE), ("helperImage", HELPER_IMAGE), ("zygoteRegistries", "[]"), ("registryMirrors", &mirror)],
+    );
+    let install = || {
+        let out = ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]);
+        assert!(out.status.success(), "install failed:\n{}", stderr(&out));
+        stderr(&out)
+    };
+    let hello = repo_root().join("examples/hello");
+
+    // Before an install there is nowhere to push templates to.
+    refused(&ly, &[path(&hello)], "run `ly cluster install` first");
+    let log = install();
+    assert!(log.contains(&format!("templates: pushed to http://localhost:{}/lampyr/fiberd-templates", stack.registry.addr().port())), "{log}");
+
+    // Refusals after the install still change nothing.
+    refused(&ly, &[path(&hello), "--namespace", "other"], "is in namespace default, but --namespace says other");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mixed = dir.path().join("mixed.yaml");
+    let service = std::fs::read_to_string(hello.join("service.yaml")).expect("read");
+    std::fs::write(&mixed, format!("{service}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n")).expect("write");
+    refused(&ly, &[path(&mixed)], "deploys Knative Services only, and this manifest also holds ConfigMap extra (document 2)");
+    let volumes = dir.path().join("volumes.yaml");
+    std::fs::write(&volumes, service.replace("      containerConcurrency: 1\n", "      containerConcurrency: 1\n      volumes: [{name: v, emptyDir: {}}]\n"))
+        .expect("write");
+    refused(&ly, &[path(&volumes)], "Service hello: ");
+
+    // Deploy: build, push, create the fleet key, seal, push the template, apply, wait, print the URL.
+    let deployed = ly.deploy(&[path(&hello), "--timeout", "120"]);
+    assert!(deployed.status.success(), "deploy failed:\n{}", stderr(&deployed));
+    assert_eq!(text(&deployed).trim(), "default/hello: http://hello.default.apps.example.org (revision hello-00001)");
+    let log = stderr(&deployed);
+    for step in ["building guest crate", "pushing artifact", "creating the fleet key", "sealing the fiberd template", "pushing the sealed template", "waiting up to 120s"] {
+        assert!(log.contains(step), "{step:?} missing from:\n{log}");
+    }
+    assert_eq!(stack.answer("hello.default.apps.example.org", "/").await, "Hello Lampyr!\n");
+
+    // The Service pins the artifact (annotation and image) and the sealed template, both as the cluster reaches them.
+    let live = live_service(&ly, "hello");
+    let template = &live["spec"]["template"];
+    let annotations = &template["metadata"]["annotations"];
+    let artifact = annotations["lampyr.dev/snapshot-artifact"].as_str().expect("annotation");
+    assert!(artifact.starts_with(&format!("{registry}/lampyr/snapshots@sha256:")), "{artifact}");
+    assert_eq!(template["spec"]["containers"][0]["image"], artifact);
+    let sealed = annotations["lampyr.dev/sealed-template"].as_str().expect("annotation").to_string();
+    assert!(sealed.starts_with(&format!("{registry}/lampyr/fiberd-templates@sha256:")), "{sealed}");
+    let home = ly.kubectl(&["get", "homes.fiber.lampyr.dev/hello-00001", "-n", "default", "-o", "jsonpath={.spec.sealedTemplate}"]);
+    assert_eq!(text(&home), sealed, "fiberd is given the sealed template");
+    let first_key = fleet_key(&ly).expect("the first deploy made the fleet key");
+
+    // Deploying the same manifest again changes nothing: same template, same generation.
+    let again = deploy_hello(&ly);
+    assert!(again.contains("already sealed to this fleet key"), "{again}");
+    let live = live_service(&ly, "hello");
+    assert_eq!(live["metadata"]["generation"], 1, "a redeploy of the same manifest is not a new generation");
+    assert_eq!(fleet_key(&ly).as_deref(), Some(first_key.as_str()));
+
+    let health = ly.cluster(&["health"]);
+    let table = health_table(&health);
+    for passes in ["fleet-key", "template-repository"] {
+        assert_eq!(table.get(passes), Some(&true), "{passes} passes:\n{}", text(&health));
+    }
+
+    // Uninstall deletes the Services sealed to the fleet key, and the key.
+    let uninstalled = ly.cluster(&["uninstall", "--non-interactive"]);
+    assert!(uninstalled.status.success(), "uninstall failed:\n{}", stderr(&uninstalled));
+    assert!(stderr(&uninstalled).contains("- Service default/hello"), "{}", stderr(&uninstalled));
+    assert!(!ly.exists("services.serving.knative.dev/hello", Some("default")), "the Service is deleted");
+    assert_eq!(fleet_key(&ly), None, "the fleet key is deleted");
+    assert!(!ly.exists("configmap/lampyr-installation", Some("lampyr-system")), "the installation record is deleted");
+
+    // The next install's first deploy makes a new key; the old template no longer opens.
+    install();
+    let log = deploy_hello(&ly);
+    assert!(log.contains("creating the fleet key"), "{log}");
+    let second_key = fleet_key(&ly).expect("a new fleet key");
+    assert_ne!(second_key, first_key, "a new installation gets a new fleet key");
+    assert_eq!(stack.answer("hello.default.apps.example.org", "/").await, "Hello Lampyr!\n");
+    let resealed = live_service(&ly, "hello")["spec"]["template"]["metadata"]["annotations"]["lampyr.dev/sealed-template"].clone();
+    assert_ne!(resealed, sealed.as_str(), "the template is sealed again, to the new key");
+
+    let mut old = live.clone();
+    old["metadata"] = serde_json::json!({ "name": "hello-old", "namespace": "default" });
+    old.as_object_mut().expect("object").remove("status");
+    stack.kubectl_apply(&old);
+    let message = stack
+        .poll("hello-old's Home reporting the old template does not open", Duration::from_millis(200), async || {
+            let out = ly.kubectl(&["get", "homes.fiber.lampyr.dev/hello-old-00001", "-n", "default", "-o", "json", "--ignore-not-found"]);
+            let home = text(&out);
+            home.contains("does not open").then_some(home)
+        })
+        .await;
+    assert!(message.contains(&sealed), "the failure names the old template:\n{message}");
+
+    let cleaned = ly.cluster(&["uninstall", "--non-interactive"]);
+    assert!(cleaned.status.success(), "{}", stderr(&cleaned));
+    assert!(!ly.exists("services.serving.knative.dev/hello-old", Some("default")));
+}
