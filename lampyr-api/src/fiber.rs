@@ -313,7 +313,7 @@ pub mod home {
     kind = "GrantPolicy",
     category = "lampyr",
     derive = "PartialEq",
-    doc = "GrantPolicy lists the image repositories CapacityGrant Pods may run. A grant image or helper image whose repository no GrantPolicy allows is refused; with no GrantPolicy at all, every image is refused.",
+    doc = "GrantPolicy lists the image repositories CapacityGrant Pods may run, and the repositories they may pull fiberd templates from. A grant image or helper image whose repository no GrantPolicy allows is refused; with no GrantPolicy at all, every image is refused.",
     printcolumn(name = "Repositories", type_ = "string", json_path = ".spec.allowedRepositories"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -322,6 +322,9 @@ pub struct GrantPolicySpec {
     /// Repositories allowed, fully qualified without tag or digest (registry.example.com/team/fiberd); an image matches when its repository is exactly one of them.
     #[schemars(length(min = 1))]
     pub allowed_repositories: Vec<String>,
+    /// Repositories grant Pods may pull sealed fiberd templates from (registry/path, http:// in front for a plain-HTTP registry); a template is admitted when one of them is its repository or above it. When no GrantPolicy lists any, templates are not restricted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zygote_registries: Vec<String>,
 }
 
 /// The CRDs of Lampyr's resources: CapacityGrant, Home, then GrantPolicy.

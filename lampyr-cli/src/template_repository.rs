@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use lampyr_fiber::artifact::reference::Repository;
+
 /// The repository path templates get inside a chosen registry.
 pub const TEMPLATES_PATH: &str = "lampyr/fiberd-templates";
 
@@ -40,7 +42,8 @@ pub struct TemplateRepository {
     pub pull: String,
     /// The repository the host pushes to (`http://…` when plain HTTP).
     pub push: String,
-    /// `zygoteRegistries` as the installation records it: the given list
+    /// `zygoteRegistries` as the installation records it (as the GrantPolicy takes them: no scheme
+    /// for TLS, `http://` for plain HTTP): the given list
     /// without `https://`, or the default this choice made.
     pub zygote_registries: Vec<String>,
 }
@@ -86,27 +89,9 @@ pub enum TemplateRepositoryError {
     },
 }
 
-/// A repository split into its parts; `plain_http` from an `http://` spelling.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Repository {
-    plain_http: bool,
-    registry: String,
-    path: String,
-}
-
-impl Repository {
-    /// Spelled as the GrantPolicy takes it: no scheme for TLS, `http://` for plain HTTP.
-    fn spelled(&self) -> String {
-        let scheme = if self.plain_http { "http://" } else { "" };
-        format!("{scheme}{}/{}", self.registry, self.path)
-    }
-
-    /// Whether `other` is this repository or below it, reached the same way.
-    fn admits(&self, other: &Repository) -> bool {
-        self.plain_http == other.plain_http
-            && self.registry == other.registry
-            && (other.path == self.path || other.path.starts_with(&format!("{}/", self.path)))
-    }
+/// Whether `other` is `entry` or below it, reached the same way.
+fn admits(entry: &Repository, other: &Repository) -> bool {
+    entry.plain_http == other.plain_http && entry.contains(other)
 }
 
 /// Parses a `zygoteRegistries` entry; `https://` is the default and dropped.
@@ -212,9 +197,9 @@ pub fn choose(
             [only] => {
                 let pull = only.target(TEMPLATES_PATH);
                 Ok(TemplateRepository {
-                    push: only.through_key(TEMPLATES_PATH).spelled(),
-                    zygote_registries: vec![pull.spelled()],
-                    pull: pull.spelled(),
+                    push: only.through_key(TEMPLATES_PATH).to_string(),
+                    zygote_registries: vec![pull.to_string()],
+                    pull: pull.to_string(),
                 })
             }
             _ => Err(TemplateRepositoryError::NoTemplateRegistry { found: local.len() }),
@@ -226,15 +211,15 @@ pub fn choose(
 /// default repository, else the first entry (pushed through a mirror whose
 /// target it is on, if any).
 fn choose_from_entries(entries: &[Repository], local: &[LocalMirror<'_>]) -> Result<TemplateRepository, TemplateRepositoryError> {
-    let zygote_registries: Vec<String> = entries.iter().map(Repository::spelled).collect();
+    let zygote_registries: Vec<String> = entries.iter().map(ToString::to_string).collect();
     let admitted: Vec<&LocalMirror<'_>> =
-        local.iter().filter(|m| entries.iter().any(|e| e.admits(&m.target(TEMPLATES_PATH)))).collect();
+        local.iter().filter(|m| entries.iter().any(|e| admits(e, &m.target(TEMPLATES_PATH)))).collect();
     match admitted.as_slice() {
         [] => {}
         [only] => {
             return Ok(TemplateRepository {
-                pull: only.target(TEMPLATES_PATH).spelled(),
-                push: only.through_key(TEMPLATES_PATH).spelled(),
+                pull: only.target(TEMPLATES_PATH).to_string(),
+                push: only.through_key(TEMPLATES_PATH).to_string(),
                 zygote_registries,
             });
         }
@@ -245,10 +230,10 @@ fn choose_from_entries(entries: &[Repository], local: &[LocalMirror<'_>]) -> Res
     let first = &entries[0];
     let via_mirror = local.iter().find(|m| m.mirror.registry == first.registry && m.mirror.plain_http == first.plain_http);
     let push = match via_mirror {
-        Some(mirror) => mirror.through_key(&first.path).spelled(),
-        None => first.spelled(),
+        Some(mirror) => mirror.through_key(&first.path).to_string(),
+        None => first.to_string(),
     };
-    Ok(TemplateRepository { pull: first.spelled(), push, zygote_registries })
+    Ok(TemplateRepository { pull: first.to_string(), push, zygote_registries })
 }
 
 #[cfg(test)]

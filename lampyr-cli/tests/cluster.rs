@@ -134,6 +134,8 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     }
     let policy = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
     assert_eq!(text(&policy), r#"["registry.example.com/lampyr/fiberd","registry.example.com/lampyr/fiberd-helper"]"#);
+    let zygote = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.zygoteRegistries}"]);
+    assert_eq!(text(&zygote), r#"["registry.example.com/lampyr/fiberd-templates"]"#, "grant Pods pull templates only from there");
     let network = env.kubectl(&["get", "configmap/config-network", "-n", "knative-serving", "-o", "jsonpath={.data.ingress-class}"]);
     assert_eq!(text(&network), "fiber.ingress.networking.knative.dev");
     let domain = env.kubectl(&["get", "configmap/config-domain", "-n", "knative-serving", "-o", "json"]);

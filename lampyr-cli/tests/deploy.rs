@@ -39,6 +39,16 @@ fn refused(ly: &Ly, args: &[&str], message: &str) {
     assert!(!ly.exists("services.serving.knative.dev/hello", Some("default")), "{args:?} applied a Service");
 }
 
+/// Home `name` in `default` as JSON, once it contains `words` (a fiberd's load failure).
+async fn home_reporting(stack: &LampyrStack, ly: &Ly, name: &str, words: &str) -> String {
+    stack
+        .poll(&format!("Home {name} reporting {words:?}"), Duration::from_millis(200), async || {
+            let out = ly.kubectl(&["get", &format!("homes.fiber.lampyr.dev/{name}"), "-n", "default", "-o", "json", "--ignore-not-found"]);
+            Some(text(&out)).filter(|home| home.contains(words))
+        })
+        .await
+}
+
 fn deploy_hello(ly: &Ly) -> String {
     let hello = repo_root().join("examples/hello");
     let out = ly.deploy(&[path(&hello), "--timeout", "120"]);
@@ -102,6 +112,19 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     let home = ly.kubectl(&["get", "homes.fiber.lampyr.dev/hello-00001", "-n", "default", "-o", "jsonpath={.spec.sealedTemplate}"]);
     assert_eq!(text(&home), sealed, "fiberd is given the sealed template");
     let first_key = fleet_key(&ly).expect("the first deploy made the fleet key");
+    let policy = ly.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.zygoteRegistries}"]);
+    assert_eq!(text(&policy), format!(r#"["http://{registry}/lampyr/fiberd-templates"]"#));
+
+    // Grant Pods pull templates only from the installation's zygoteRegistries.
+    let mut elsewhere = live_service(&ly, "hello");
+    elsewhere["metadata"] = serde_json::json!({ "name": "hello-elsewhere", "namespace": "default" });
+    elsewhere.as_object_mut().expect("object").remove("status");
+    let digest = sealed.split_once('@').expect("pinned").1;
+    let foreign = format!("{registry}/elsewhere/templates@{digest}");
+    elsewhere["spec"]["template"]["metadata"]["annotations"]["lampyr.dev/sealed-template"] = Value::from(foreign.clone());
+    stack.kubectl_apply(&elsewhere);
+    let home = home_reporting(stack, &ly, "hello-elsewhere-00001", "is not in the installation's zygoteRegistries").await;
+    assert!(home.contains(&foreign), "the refusal names the template:\n{home}");
 
     // Deploying the same manifest again changes nothing: same template, same generation.
     let again = deploy_hello(&ly);
@@ -120,7 +143,9 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     let uninstalled = ly.cluster(&["uninstall", "--non-interactive"]);
     assert!(uninstalled.status.success(), "uninstall failed:\n{}", stderr(&uninstalled));
     assert!(stderr(&uninstalled).contains("- Service default/hello"), "{}", stderr(&uninstalled));
-    assert!(!ly.exists("services.serving.knative.dev/hello", Some("default")), "the Service is deleted");
+    for name in ["hello", "hello-elsewhere"] {
+        assert!(!ly.exists(&format!("services.serving.knative.dev/{name}"), Some("default")), "{name} is deleted");
+    }
     assert_eq!(fleet_key(&ly), None, "the fleet key is deleted");
     assert!(!ly.exists("configmap/lampyr-installation", Some("lampyr-system")), "the installation record is deleted");
 
@@ -138,13 +163,7 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     old["metadata"] = serde_json::json!({ "name": "hello-old", "namespace": "default" });
     old.as_object_mut().expect("object").remove("status");
     stack.kubectl_apply(&old);
-    let message = stack
-        .poll("hello-old's Home reporting the old template does not open", Duration::from_millis(200), async || {
-            let out = ly.kubectl(&["get", "homes.fiber.lampyr.dev/hello-old-00001", "-n", "default", "-o", "json", "--ignore-not-found"]);
-            let home = text(&out);
-            home.contains("does not open").then_some(home)
-        })
-        .await;
+    let message = home_reporting(stack, &ly, "hello-old-00001", "does not open").await;
     assert!(message.contains(&sealed), "the failure names the old template:\n{message}");
 
     let cleaned = ly.cluster(&["uninstall", "--non-interactive"]);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lampyr_api::keys::{FLEET_KEY_SECRET_KEY, FLEET_KEY_SECRET_NAME, FLEET_KEY_SECRET_NAMESPACE};
+use lampyr_fiber::artifact::reference::Repository;
 use lampyr_router::ScalerConfig;
 
 /// A key of a Secret: where fiberd reads the fleet key.
@@ -80,6 +81,9 @@ pub struct FiberdConfig {
     pub advertise: Option<String>,
     /// Registries (`host[:port]`) reached over plain HTTP; every other over HTTPS.
     pub plain_http_registries: Vec<String>,
+    /// Repositories sealed templates may be pulled from (the GrantPolicies' `zygoteRegistries`):
+    /// a template is admitted when one is its repository or above it. Empty: any repository.
+    pub template_repositories: Vec<Repository>,
     /// The content-addressed artifact cache.
     pub cache_dir: PathBuf,
     /// Where the fleet key that opens sealed templates is.
@@ -115,6 +119,7 @@ impl FiberdConfig {
             namespace: None,
             advertise: None,
             plain_http_registries: Vec::new(),
+            template_repositories: Vec::new(),
             cache_dir: cache_dir.into(),
             fleet_key: FleetKeySource::Secret(SecretKeyRef::fleet_key()),
             scaler: ScalerConfig::default(),

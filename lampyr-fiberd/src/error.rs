@@ -106,6 +106,17 @@ pub enum LoadError {
         /// The artifact the Home pins.
         artifact: String,
     },
+    /// The sealed template's repository is not one grant Pods may pull from.
+    #[error(
+        "sealed template {template} is not in the installation's zygoteRegistries ({allowed}); \
+         deploy with `ly deploy`, which pushes to the installation's template repository, or add its repository to the GrantPolicy"
+    )]
+    TemplateNotAllowed {
+        /// The sealed template reference.
+        template: String,
+        /// The admitted repositories.
+        allowed: String,
+    },
     /// The sealed template does not open or its artifact does not verify.
     #[error("opening sealed template {template}: {source}")]
     Unseal {

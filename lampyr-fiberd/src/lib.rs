@@ -78,6 +78,7 @@ pub async fn run(
         registry,
         cache: Cache::new(&config.cache_dir),
         fleet_key: config.fleet_key.clone(),
+        template_repositories: config.template_repositories.clone(),
         metrics,
         scaler: config.scaler.clone(),
     };

@@ -26,6 +26,7 @@ pub(crate) struct Loader {
     pub(crate) registry: RegistryClient,
     pub(crate) cache: Cache,
     pub(crate) fleet_key: FleetKeySource,
+    pub(crate) template_repositories: Vec<Repository>,
     pub(crate) metrics: RuntimeMetrics,
     pub(crate) scaler: ScalerConfig,
 }
@@ -54,6 +55,7 @@ impl Loader {
     /// Pulls sealed template `template`, checks it seals artifact `digest`, and opens it.
     async fn open_sealed(&self, template: &str, digest: &str) -> Result<VerifiedArtifact, LoadError> {
         let (repo, template_digest) = registry_ref("spec.sealedTemplate", template)?;
+        check_admitted(template, &repo, &self.template_repositories)?;
         let key = self.fleet_key().await?;
         let pulled = self
             .registry
@@ -115,6 +117,15 @@ fn registry_ref(field: &'static str, reference: &str) -> Result<(Repository, Str
     }
 }
 
+/// Refuses a template whose repository none of `allowed` contains (none given: any is admitted).
+fn check_admitted(template: &str, repository: &Repository, allowed: &[Repository]) -> Result<(), LoadError> {
+    if allowed.is_empty() || allowed.iter().any(|a| a.contains(repository)) {
+        return Ok(());
+    }
+    let allowed = allowed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    Err(LoadError::TemplateNotAllowed { template: template.to_string(), allowed })
+}
+
 /// `namespace/name` of a Home, for logs.
 pub(crate) fn key_of(home: &Home) -> String {
     format!("{}/{}", home.metadata.namespace.as_deref().unwrap_or(""), home.metadata.name.as_deref().unwrap_or(""))
@@ -125,6 +136,24 @@ mod tests {
     use super::*;
 
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn templates_come_only_from_the_admitted_repositories() {
+        let allowed = [Repository::parse("http://registry.local:5000/lampyr/fiberd-templates").expect("valid")];
+        let admitted = |text: &str| {
+            let (repo, _) = registry_ref("spec.sealedTemplate", &format!("{text}@{D}")).expect("valid");
+            check_admitted(text, &repo, &allowed)
+        };
+        assert!(admitted("registry.local:5000/lampyr/fiberd-templates").is_ok());
+        assert!(admitted("registry.local:5000/lampyr/fiberd-templates/team").is_ok(), "below an entry");
+        for refused in ["registry.local:5000/lampyr/fiberd-templates-x", "registry.local:5000/lampyr", "other.local:5000/lampyr/fiberd-templates"] {
+            let err = admitted(refused).expect_err(refused);
+            assert!(err.to_string().contains("is not in the installation's zygoteRegistries"), "{err}");
+            assert!(err.to_string().contains("http://registry.local:5000/lampyr/fiberd-templates"), "{err}");
+        }
+        let (repo, _) = registry_ref("spec.sealedTemplate", &format!("anywhere.example.com/t@{D}")).expect("valid");
+        assert!(check_admitted("anywhere.example.com/t", &repo, &[]).is_ok(), "no list: unrestricted");
+    }
 
     #[test]
     fn home_references_are_pinned_registry_references_without_a_scheme() {

@@ -55,6 +55,14 @@ impl Repository {
         }
         Ok(Repository { registry: registry.to_string(), path: path.to_string(), plain_http })
     }
+
+    /// Whether `other` is this repository or below it in the same registry
+    /// (`r.example.com/t` contains `r.example.com/t/fiberd`, not `r.example.com/tx`);
+    /// the scheme is how a registry is reached, not which one it is, and is not compared.
+    pub fn contains(&self, other: &Repository) -> bool {
+        self.registry == other.registry
+            && (other.path == self.path || other.path.strip_prefix(&self.path).is_some_and(|rest| rest.starts_with('/')))
+    }
 }
 
 impl fmt::Display for Repository {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use lampyr_fiber::artifact::reference::Repository;
 use lampyr_fiberd::{FiberdConfig, FleetKeySource, SecretKeyRef};
 use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::ScalerConfig;
@@ -35,6 +36,10 @@ struct Args {
     /// A registry (HOST:PORT) reached over plain HTTP (repeatable); others use HTTPS.
     #[arg(long = "plain-http-registry")]
     plain_http_registries: Vec<String>,
+    /// A repository sealed templates may come from (repeatable; `http://` in front for a
+    /// plain-HTTP registry); with none, any repository.
+    #[arg(long = "template-repository")]
+    template_repositories: Vec<String>,
     /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when unset.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -84,6 +89,13 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
     config.namespace = args.namespace.clone();
     config.advertise = args.advertise.clone();
     config.plain_http_registries = args.plain_http_registries.clone();
+    for text in &args.template_repositories {
+        let repository = Repository::parse(text).map_err(|e| format!("--template-repository {text:?}: {e}"))?;
+        if repository.plain_http && !config.plain_http_registries.contains(&repository.registry) {
+            config.plain_http_registries.push(repository.registry.clone());
+        }
+        config.template_repositories.push(repository);
+    }
     config.fleet_key = match &args.fleet_key_file {
         Some(path) => FleetKeySource::File(path.clone()),
         None => FleetKeySource::Secret(

@@ -14,7 +14,7 @@ use kube::{Client, ResourceExt};
 use lampyr_api::{CapacityGrant, GrantPolicy};
 use serde_json::json;
 
-use super::images::{ImageRefused, check_images};
+use super::images::{ImageRefused, check_images, template_repositories};
 use super::pods::{GRANT_LABEL, PodSettings, desired_pods, pod_spec_hash};
 use super::status::grant_status;
 
@@ -93,7 +93,8 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
         .items;
     let policies: Vec<GrantPolicy> = context.policies.state().iter().map(|p| (**p).clone()).collect();
     let refused = check_images(&grant.spec, &policies).err();
-    let desired = if refused.is_some() { Vec::new() } else { desired_pods(&grant, &context.settings) };
+    let settings = PodSettings { template_repositories: template_repositories(&policies), ..context.settings.clone() };
+    let desired = if refused.is_some() { Vec::new() } else { desired_pods(&grant, &settings) };
 
     // Pods no longer wanted, or built from an older spec, go; missing ones are created.
     for pod in &existing {

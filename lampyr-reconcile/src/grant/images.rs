@@ -1,4 +1,5 @@
-//! GrantPolicy enforcement: which image repositories grant Pods may run.
+//! GrantPolicy enforcement: which image repositories grant Pods may run, and
+//! which repositories they may pull fiberd templates from.
 
 use lampyr_api::{CapacityGrantSpec, GrantPolicy};
 
@@ -28,6 +29,18 @@ pub fn repository_of(image: &str) -> &str {
         Some(colon) => &without_digest[..last_slash + colon],
         None => without_digest,
     }
+}
+
+/// Every GrantPolicy's `zygoteRegistries`, each once, in policy order: the
+/// repositories grant Pods may pull templates from (none listed: no restriction).
+pub fn template_repositories(policies: &[GrantPolicy]) -> Vec<String> {
+    let mut repositories: Vec<String> = Vec::new();
+    for entry in policies.iter().flat_map(|p| &p.spec.zygote_registries) {
+        if !repositories.contains(entry) {
+            repositories.push(entry.clone());
+        }
+    }
+    repositories
 }
 
 /// Checks the grant's images against every GrantPolicy: each must be in some
@@ -69,7 +82,7 @@ mod tests {
     }
 
     fn policy(repositories: &[&str]) -> GrantPolicy {
-        GrantPolicy::new("p", GrantPolicySpec { allowed_repositories: repositories.iter().map(|r| r.to_string()).collect() })
+        GrantPolicy::new("p", GrantPolicySpec { allowed_repositories: repositories.iter().map(|r| r.to_string()).collect(), zygote_registries: Vec::new() })
     }
 
     #[test]

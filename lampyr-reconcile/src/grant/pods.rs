@@ -40,6 +40,9 @@ pub struct PodSettings {
     pub kvm: KvmAccess,
     /// The Secret, in the grant's namespace, holding the fleet key (mounted optionally).
     pub fleet_key_secret: String,
+    /// Repositories fiberd may pull templates from (`--template-repository`), from the
+    /// GrantPolicies at reconcile time; empty: unrestricted.
+    pub template_repositories: Vec<String>,
 }
 
 impl Default for PodSettings {
@@ -50,6 +53,7 @@ impl Default for PodSettings {
             default_node_selector: BTreeMap::from([("lampyr.dev/kvm".into(), "true".into())]),
             kvm: KvmAccess::HostPath,
             fleet_key_secret: "lampyr-fiberd-seal-key".into(),
+            template_repositories: Vec::new(),
         }
     }
 }
@@ -57,6 +61,20 @@ impl Default for PodSettings {
 /// The Pods `grant` asks for, in instance order, each with its spec hash annotated.
 pub fn desired_pods(grant: &CapacityGrant, settings: &PodSettings) -> Vec<Pod> {
     (0..grant.spec.instances.max(0)).map(|i| grant_pod(grant, i, settings)).collect()
+}
+
+/// fiberd's command line in a grant Pod.
+fn fiberd_args(grant: &str, namespace: &str, port: u16, settings: &PodSettings) -> Vec<String> {
+    let mut args = vec![
+        "--name=$(POD_NAME)".to_string(),
+        format!("--grant={grant}"),
+        format!("--namespace={namespace}"),
+        format!("--listen=0.0.0.0:{port}"),
+        format!("--advertise=$(POD_IP):{port}"),
+        format!("--fleet-key-file={FLEET_KEY_MOUNT}/key"),
+    ];
+    args.extend(settings.template_repositories.iter().map(|r| format!("--template-repository={r}")));
+    args
 }
 
 /// The name of instance `index` of grant `grant`.
@@ -108,11 +126,7 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
             {
                 "name": "fiberd",
                 "image": grant.spec.grant_image,
-                "args": [
-                    "--name=$(POD_NAME)", format!("--grant={name}"), format!("--namespace={namespace}"),
-                    format!("--listen=0.0.0.0:{port}"), format!("--advertise=$(POD_IP):{port}"),
-                    format!("--fleet-key-file={FLEET_KEY_MOUNT}/key"),
-                ],
+                "args": fiberd_args(&name, &namespace, port, settings),
                 "env": [
                     { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
                     { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
@@ -193,9 +207,22 @@ mod tests {
         assert_eq!(images, [IMAGE, HELPER]);
         let args = spec.containers[0].args.clone().unwrap_or_default();
         assert!(args.contains(&"--grant=hello-00001".to_string()) && args.contains(&"--namespace=apps".to_string()));
+        assert!(!args.iter().any(|a| a.starts_with("--template-repository=")), "no policy lists any: unrestricted");
         let memory = &spec.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits")["memory"];
         assert_eq!(memory.0, (1i64 << 29).to_string(), "memory is spread over the instances");
         assert_eq!(spec.node_selector.as_ref().expect("selector")["lampyr.dev/kvm"], "true");
+    }
+
+    #[test]
+    fn fiberd_may_pull_templates_only_from_the_policies_repositories() {
+        let repositories = vec!["http://registry.local:5000/lampyr/fiberd-templates".to_string(), "r.example.com/t".to_string()];
+        let settings = PodSettings { template_repositories: repositories, ..Default::default() };
+        let pod = &desired_pods(&grant(1, None), &settings)[0];
+        let args = pod.spec.as_ref().expect("spec").containers[0].args.clone().unwrap_or_default();
+        let given: Vec<&str> = args.iter().filter_map(|a| a.strip_prefix("--template-repository=")).collect();
+        assert_eq!(given, ["http://registry.local:5000/lampyr/fiberd-templates", "r.example.com/t"]);
+        let unrestricted = &desired_pods(&grant(1, None), &PodSettings::default())[0];
+        assert_ne!(pod_spec_hash(pod), pod_spec_hash(unrestricted), "a policy change replaces the Pods");
     }
 
     #[test]

@@ -165,7 +165,7 @@ pub fn steps(workspace: &Path, checked: &Checked) -> Result<Vec<Step>, PlanError
     let (origin, text) = controller_manifest(&checked.controller)?;
     let objects = lampyr_manifests::parse(&text, &origin)?.into_iter().map(|d| d.object).collect();
     steps.push(Step { title: format!("fiberd-k8s-controller ({origin})"), objects });
-    steps.push(Step { title: "GrantPolicy".into(), objects: vec![grant_policy(&checked.allowed_repositories)] });
+    steps.push(Step { title: "GrantPolicy".into(), objects: vec![grant_policy(&checked.allowed_repositories, &checked.templates.zygote_registries)] });
     Ok(steps)
 }
 
@@ -207,6 +207,8 @@ fn settle(object: &mut Value, checked: &Checked) {
         ("Deployment", Some(SYSTEM_NAMESPACE), "lampyr-controller") => {
             set_arg(object, "--grant-image", settings.grant_image.as_deref().unwrap_or_default());
             set_arg(object, "--helper-image", settings.helper_image.as_deref().unwrap_or_default());
+            let plain_http = plain_http_registries(&checked.templates.zygote_registries);
+            set_repeated_arg(object, "--plain-http-registry", &plain_http);
         }
         ("Service", Some(SYSTEM_NAMESPACE), "fiber-router") => {
             object["spec"]["type"] = json!("NodePort");
@@ -240,13 +242,37 @@ fn set_arg(object: &mut Value, flag: &str, value: &str) {
     }
 }
 
-/// The installation's GrantPolicy: the grant and helper images' repositories.
-pub fn grant_policy(repositories: &[String]) -> Value {
+/// Replaces every `FLAG=…` in every container's args with one `FLAG=value` per value.
+fn set_repeated_arg(object: &mut Value, flag: &str, values: &[String]) {
+    let prefix = format!("{flag}=");
+    for container in containers(object) {
+        let args = &mut container["args"];
+        let mut kept: Vec<Value> = args.as_array().into_iter().flatten().filter(|a| !a.as_str().is_some_and(|a| a.starts_with(&prefix))).cloned().collect();
+        kept.extend(values.iter().map(|v| json!(format!("{prefix}{v}"))));
+        *args = json!(kept);
+    }
+}
+
+/// The registries of the `http://` repositories among `repositories`, each once.
+fn plain_http_registries(repositories: &[String]) -> Vec<String> {
+    let mut registries: Vec<String> = Vec::new();
+    for repository in repositories.iter().filter_map(|r| r.strip_prefix("http://")) {
+        let registry = repository.split('/').next().unwrap_or(repository).to_string();
+        if !registries.contains(&registry) {
+            registries.push(registry);
+        }
+    }
+    registries
+}
+
+/// The installation's GrantPolicy: the grant and helper images' repositories, and the
+/// repositories grant Pods may pull templates from.
+pub fn grant_policy(repositories: &[String], zygote_registries: &[String]) -> Value {
     json!({
         "apiVersion": "fiber.lampyr.dev/v1alpha1",
         "kind": "GrantPolicy",
         "metadata": { "name": GRANT_POLICY, "labels": { "app.kubernetes.io/part-of": "lampyr" } },
-        "spec": { "allowedRepositories": repositories },
+        "spec": { "allowedRepositories": repositories, "zygoteRegistries": zygote_registries },
     })
 }
 
@@ -307,7 +333,7 @@ mod tests {
 
     #[test]
     fn object_refs_name_kubectl_resources() {
-        let policy = ObjectRef::of(&grant_policy(&["r.example.com/a".into()]));
+        let policy = ObjectRef::of(&grant_policy(&["r.example.com/a".into()], &[]));
         assert_eq!(policy.resource(), "grantpolicy.v1alpha1.fiber.lampyr.dev/lampyr");
         let cm = ObjectRef::of(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}}));
         assert_eq!((cm.resource().as_str(), cm.display().as_str()), ("configmap/c", "ConfigMap n/c"));
@@ -318,7 +344,7 @@ mod tests {
         let ns = |label: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "labels": {label: "x"}}});
         let mut steps = vec![
             Step { title: "a".into(), objects: vec![ns("first")] },
-            Step { title: "b".into(), objects: vec![ns("second"), grant_policy(&["r.example.com/a".into()])] },
+            Step { title: "b".into(), objects: vec![ns("second"), grant_policy(&["r.example.com/a".into()], &[])] },
         ];
         dedupe(&mut steps);
         assert_eq!(steps[0].objects, [ns("first")]);
