@@ -133,6 +133,22 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     assert_eq!(live["metadata"]["generation"], 1, "a redeploy of the same manifest is not a new generation");
     assert_eq!(fleet_key(&ly).as_deref(), Some(first_key.as_str()));
 
+    // A manifest pinning a registry artifact is deployed as written, into the --namespace given;
+    // the grant controller copies the fleet key next to its grant Pods.
+    let apps = stack.cluster.namespace("apps").await;
+    let pinned = dir.path().join("pinned.yaml");
+    let annotated = service.replace("  namespace: default\n", "").replace(
+        "        autoscaling.knative.dev/min-scale: \"0\"\n",
+        &format!("        autoscaling.knative.dev/min-scale: \"0\"\n        lampyr.dev/snapshot-artifact: {artifact}\n"),
+    );
+    std::fs::write(&pinned, annotated).expect("write");
+    let out = ly.deploy(&[path(&pinned), "--namespace", &apps]);
+    assert!(out.status.success(), "deploy failed:\n{}", stderr(&out));
+    assert!(!stderr(&out).contains("pushing artifact"), "a registry artifact is not pushed again:\n{}", stderr(&out));
+    assert_eq!(text(&out).trim(), format!("{apps}/hello: http://hello.{apps}.apps.example.org (revision hello-00001)"));
+    assert_eq!(stack.answer(&format!("hello.{apps}.apps.example.org"), "/").await, "Hello Lampyr!\n");
+    assert!(ly.exists(FLEET_KEY, Some(&apps)), "the fleet key is copied next to the grant Pods");
+
     let health = ly.cluster(&["health"]);
     let table = health_table(&health);
     for passes in ["fleet-key", "template-repository"] {
@@ -147,6 +163,9 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
         assert!(!ly.exists(&format!("services.serving.knative.dev/{name}"), Some("default")), "{name} is deleted");
     }
     assert_eq!(fleet_key(&ly), None, "the fleet key is deleted");
+    let copies = ly.kubectl(&["get", "secrets", "--all-namespaces", "--field-selector", "metadata.name=lampyr-fiberd-seal-key", "-o", "name"]);
+    assert_eq!(text(&copies), "", "every copy of the fleet key is deleted");
+    assert!(!ly.exists("services.serving.knative.dev/hello", Some(&apps)));
     assert!(!ly.exists("configmap/lampyr-installation", Some("lampyr-system")), "the installation record is deleted");
 
     // The next install's first deploy makes a new key; the old template no longer opens.

@@ -278,11 +278,7 @@ fn uninstall(options: &ClusterOptions, delete_cluster: bool, ui: &mut Ui) -> Res
     }
     let plan = plan.unwrap_or_default();
     let kept: Vec<ObjectRef> = plan.iter().filter(|o| !o.created).cloned().collect();
-    let mut batches = deletion_batches(plan);
-    let services = sealed_services(&kubectl)?;
-    if !services.is_empty() {
-        batches.insert(0, services);
-    }
+    let batches = deletion_batches(plan, sealed_services(&kubectl)?, fleet_keys(&kubectl)?);
     let total: usize = batches.iter().map(Vec::len).sum();
     ui.note(format!("ly will delete {total} objects from context {context:?} ({}), keeping the cluster:", ui.paint(Color::Red, "-")));
     for object in batches.iter().flatten() {
@@ -340,38 +336,61 @@ fn recorded_provider(kubectl: &Kubectl) -> Result<Option<String>, ClusterError> 
     Ok(config.and_then(|c| c["data"]["provider"].as_str().map(str::to_string)).filter(|p| !p.is_empty()))
 }
 
-/// What uninstall deletes, in order (after the Services sealed to the fleet key): the objects
-/// the installation created (newest first),
-/// then the fleet key, then CRDs, then the installation record, then namespaces, so a failed
-/// uninstall keeps its record and can be retried.
-fn deletion_batches(plan: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
+/// What uninstall deletes, in order: the Services sealed to the fleet key, the objects the
+/// installation created (newest first), the fleet key and its copies, then CRDs, then the
+/// installation record, then namespaces, so a failed uninstall keeps its record and can be retried.
+fn deletion_batches(plan: Vec<ObjectRef>, services: Vec<ObjectRef>, fleet_keys: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
     let is_record = |o: &ObjectRef| o.namespace.as_deref() == Some(SYSTEM_NAMESPACE) && o.name == INSTALLATION;
     let created: Vec<ObjectRef> = plan.into_iter().rev().filter(|o| o.created).collect();
     let (namespaces, rest): (Vec<_>, Vec<_>) = created.into_iter().partition(|o| o.kind == "Namespace");
     let (crds, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|o| o.kind == "CustomResourceDefinition");
     let (record, objects): (Vec<_>, Vec<_>) = rest.into_iter().partition(is_record);
-    let fleet_key = ObjectRef {
+    vec![services, objects, fleet_keys, crds, record, namespaces].into_iter().filter(|b| !b.is_empty()).collect()
+}
+
+/// The Knative Services `ly deploy` sealed to the fleet key: uninstall deletes them with it,
+/// since their templates never open again.
+fn sealed_services(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
+    let services = list_all(kubectl, "services.serving.knative.dev", None)?;
+    let sealed = |s: &&Value| s["spec"]["template"]["metadata"]["annotations"][lampyr_api::keys::SEALED_TEMPLATE].is_string();
+    Ok(services.iter().filter(sealed).map(created).collect())
+}
+
+/// The fleet key Secret and the grant controller's copies of it in other namespaces.
+fn fleet_keys(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
+    let selector = format!("metadata.name={}", FLEET_KEY_SECRET.1);
+    let mut keys: Vec<ObjectRef> = list_all(kubectl, "secrets", Some(&selector))?.iter().map(created).collect();
+    let default = ObjectRef {
         api_version: "v1".into(),
         kind: "Secret".into(),
         namespace: Some(FLEET_KEY_SECRET.0.into()),
         name: FLEET_KEY_SECRET.1.into(),
         created: true,
     };
-    vec![objects, vec![fleet_key], crds, record, namespaces].into_iter().filter(|b| !b.is_empty()).collect()
+    if !keys.iter().any(|k| k.same(&default)) {
+        keys.insert(0, default); // deleted even if it appears after the listing
+    }
+    Ok(keys)
 }
 
-/// The Knative Services `ly deploy` sealed to the fleet key: uninstall deletes them with it,
-/// since their templates never open again.
-fn sealed_services(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
-    let out = match kubectl.run(&["get", "services.serving.knative.dev", "--all-namespaces", "-o", "json"], None) {
+/// Every object of `resource` in every namespace (none when the kind is unknown).
+fn list_all(kubectl: &Kubectl, resource: &str, field_selector: Option<&str>) -> Result<Vec<Value>, ClusterError> {
+    let mut args = vec!["get", resource, "--all-namespaces", "-o", "json"];
+    if let Some(selector) = field_selector {
+        args.extend(["--field-selector", selector]);
+    }
+    let out = match kubectl.run(&args, None) {
         Ok(out) => out,
         Err(e) if e.unknown_kind() => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let list: Value = serde_json::from_str(&out).unwrap_or_default();
-    let sealed = |s: &&Value| s["spec"]["template"]["metadata"]["annotations"][lampyr_api::keys::SEALED_TEMPLATE].is_string();
-    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-    Ok(items.iter().filter(sealed).map(ObjectRef::of).map(|o| ObjectRef { created: true, ..o }).collect())
+    Ok(list["items"].as_array().cloned().unwrap_or_default())
+}
+
+/// A live object to delete.
+fn created(object: &Value) -> ObjectRef {
+    ObjectRef { created: true, ..ObjectRef::of(object) }
 }
 
 /// Deletes `objects` and waits for them and their dependents to be gone (foreground cascade:
@@ -421,11 +440,20 @@ mod tests {
             object("ConfigMap", Some("knative-serving"), "config-network", false),
             object("Deployment", Some(SYSTEM_NAMESPACE), "fiber-router", true),
         ];
-        let names: Vec<Vec<String>> =
-            deletion_batches(plan).iter().map(|b| b.iter().map(|o| o.name.clone()).collect()).collect();
+        let services = vec![object("Service", Some("apps"), "hello", true)];
+        let keys = vec![object("Secret", Some("default"), "lampyr-fiberd-seal-key", true), object("Secret", Some("apps"), "lampyr-fiberd-seal-key", true)];
+        let batches = deletion_batches(plan, services, keys);
+        let names: Vec<Vec<String>> = batches.iter().map(|b| b.iter().map(|o| o.display()).collect()).collect();
         assert_eq!(
             names,
-            [vec!["fiber-router"], vec!["lampyr-fiberd-seal-key"], vec!["a.example.com"], vec![INSTALLATION], vec![SYSTEM_NAMESPACE]]
+            [
+                vec!["Service apps/hello".to_string()],
+                vec![format!("Deployment {SYSTEM_NAMESPACE}/fiber-router")],
+                vec!["Secret default/lampyr-fiberd-seal-key".to_string(), "Secret apps/lampyr-fiberd-seal-key".into()],
+                vec!["CustomResourceDefinition a.example.com".to_string()],
+                vec![format!("Secret {SYSTEM_NAMESPACE}/{INSTALLATION}")],
+                vec![format!("Namespace {SYSTEM_NAMESPACE}")],
+            ]
         );
     }
 

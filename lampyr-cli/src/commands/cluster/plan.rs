@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use base64::prelude::{BASE64_STANDARD, Engine as _};
 use serde_json::{Value, json};
 
 use super::settings::{Checked, ControllerManifest};
@@ -292,7 +293,7 @@ pub fn record(plan: &[ObjectRef], checked: &Checked) -> Vec<Value> {
         json!({
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": { "name": INSTALLATION, "namespace": SYSTEM_NAMESPACE, "labels": labels },
-            "data": { "plan": base64(plan.as_bytes()), "settings": base64(settings.as_bytes()) },
+            "data": { "plan": BASE64_STANDARD.encode(plan), "settings": BASE64_STANDARD.encode(settings) },
         }),
     ]
 }
@@ -302,33 +303,21 @@ pub fn stream(objects: &[Value]) -> String {
     objects.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("\n---\n")
 }
 
-/// Standard base64 with padding.
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn base64_matches_the_standard() {
-        let cases = [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")];
-        for (plain, encoded) in cases {
-            assert_eq!(base64(plain.as_bytes()), encoded);
-        }
+    fn plain_http_template_registries_are_the_controllers_plain_http_registries() {
+        let repositories = ["http://kind-registry:5000/lampyr/fiberd-templates".to_string(), "r.example.com/t".into(), "http://kind-registry:5000/other".into()];
+        let registries = plain_http_registries(&repositories);
+        assert_eq!(registries, ["kind-registry:5000"]);
+        let mut deployment = json!({ "spec": { "template": { "spec": { "containers": [
+            { "args": ["--grant-image=x", "--plain-http-registry=old:5000"] },
+        ] } } } });
+        set_repeated_arg(&mut deployment, "--plain-http-registry", &registries);
+        assert_eq!(deployment.pointer("/spec/template/spec/containers/0/args"), Some(&json!(["--grant-image=x", "--plain-http-registry=kind-registry:5000"])));
     }
 
     #[test]
