@@ -119,6 +119,14 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     refused(&env, &["install", "--provider-config", path(&good)], "stdin is not a terminal");
     refused(&env, &["install", approve, "--eventing", "--provider-config", path(&good)], "--eventing is not yet supported");
     refused(&env, &["uninstall", approve, "--delete-cluster"], "no recorded provider");
+    refused(&env, &["install", approve, "--provider", "azure", "--provider-config", path(&good)], "providers are not supported");
+    let mirrors = "{\"localhost:5001\": {registry: \"reg-a:5000\", plainHttp: true}, \"localhost:5002\": {registry: \"reg-b:5000\", plainHttp: true}}";
+    let several = env.settings("several.yaml", &[("registryMirrors", mirrors), ("zygoteRegistries", "[http://reg-a:5000/lampyr, http://reg-b:5000/lampyr]")]);
+    refused(&env, &["install", approve, "--provider-config", path(&several)], "admits several local registry mirrors");
+    let no_mirror = env.settings("no-mirror.yaml", &[("registryMirrors", mirrors)]);
+    std::fs::write(&no_mirror, std::fs::read_to_string(&no_mirror).expect("read").replace("zygoteRegistries: [registry.example.com/lampyr/fiberd-templates]\n", ""))
+        .expect("write");
+    refused(&env, &["install", approve, "--provider-config", path(&no_mirror)], "2 local registry mirrors");
 
     // Before install, health fails and says what to do.
     let before = env.ly(&["health"]);

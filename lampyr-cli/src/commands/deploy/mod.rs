@@ -96,6 +96,22 @@ pub enum DeployError {
         /// The last status seen.
         last: String,
     },
+    /// A local file could not be written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// kubectl's output was not what ly asked for.
+    #[error("kubectl apply of Service {service} printed no object ({reason}); check it with kubectl")]
+    Applied {
+        /// `namespace/name`.
+        service: String,
+        /// The parse error.
+        reason: String,
+    },
     /// kubectl or the installation record failed.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -229,7 +245,7 @@ impl Deployer {
     /// Seals the artifact to the fleet key and pushes it; returns the template's pinned reference.
     fn seal_and_push(&self, artifact: &VerifiedArtifact, ui: &mut Ui) -> Result<String, CliError> {
         let dir = lampyr_fiber::cache::Cache::default_location()?.join("sealed");
-        std::fs::create_dir_all(&dir).map_err(|e| CliError::Usage(format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|source| DeployError::Io { path: dir.clone(), source })?;
         let out = dir.join(format!("{}.age", artifact.digest.trim_start_matches("sha256:")));
         ui.step(format!("sealing the fiberd template of {} to fleet key {}", artifact.digest, self.fingerprint));
         let sealed = seal_artifact(&artifact.layout, &artifact.digest, &self.key.public(), &out)?;
@@ -268,6 +284,9 @@ impl Deployer {
         let manager = format!("--field-manager={FIELD_MANAGER}");
         let args = ["apply", "--server-side", "--force-conflicts", &manager, "-o", "json", "-f", "-"];
         let out = self.kubectl.run(&args, Some(&object.to_string())).map_err(ClusterError::from).map_err(DeployError::from)?;
-        serde_json::from_str(&out).map_err(|e| CliError::Usage(format!("kubectl apply printed no object: {e}")))
+        serde_json::from_str(&out).map_err(|e| {
+            let service = format!("{}/{}", object["metadata"]["namespace"].as_str().unwrap_or(""), object["metadata"]["name"].as_str().unwrap_or(""));
+            DeployError::Applied { service, reason: e.to_string() }.into()
+        })
     }
 }
