@@ -54,7 +54,7 @@ use kube::{Resource, ResourceExt};
 use lampyr_api::Service;
 use lampyr_api::conditions::KnativeStatus;
 use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
-use lampyr_testenv::{LampyrStack, knative_service};
+use lampyr_testenv::{LampyrStack, Serving, knative_service};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 

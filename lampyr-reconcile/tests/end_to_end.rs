@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use kube::Api;
 use lampyr_api::conditions::{CONDITION_READY, ConditionStatus, KnativeStatus, revision};
 use lampyr_api::{Revision, Service};
-use lampyr_testenv::{LampyrStack, knative_service, require_kvm};
+use lampyr_testenv::{LampyrStack, Serving, knative_service, require_kvm};
 use serde_json::json;
 
 fn stack() -> &'static LampyrStack {

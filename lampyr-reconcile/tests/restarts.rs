@@ -7,7 +7,7 @@ use std::time::Duration;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use lampyr_api::Service;
-use lampyr_testenv::{LampyrStack, knative_service, require_kvm};
+use lampyr_testenv::{LampyrStack, Serving, knative_service, require_kvm};
 use serde_json::json;
 
 const POLL: Duration = Duration::from_millis(200);

@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use lampyr_api::{CapacityGrant, Home, Revision, Service};
 use lampyr_testenv::cluster::SYSTEM_NAMESPACE;
-use lampyr_testenv::{LampyrStack, knative_service, require_kvm};
+use lampyr_testenv::{LampyrStack, Serving, knative_service, require_kvm};
 use serde_json::json;
 
 const POLL: Duration = Duration::from_millis(200);

@@ -1,7 +1,8 @@
-//! Knative Services driven through a [`LampyrStack`]: manifests of the example
+//! Knative Services driven through a running Lampyr ([`Serving`]): manifests of the example
 //! guests, `kubectl apply`, and waiting for readiness and answers, for the
 //! end-to-end tests and the cluster benchmarks.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use kube::Api;
@@ -9,25 +10,28 @@ use lampyr_api::Service;
 use lampyr_api::conditions::KnativeStatus;
 use serde_json::json;
 
-use crate::stack::LampyrStack;
+use crate::cluster::Cluster;
 
 /// Longest anything here waits (fiberd restores in a millisecond; builds,
 /// pulls and controllers on a loaded 2-core machine take seconds).
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
-impl LampyrStack {
+/// A running Lampyr cluster side, reached through fiber-router: what the
+/// end-to-end tests drive Knative Services through.
+#[allow(async_fn_in_trait)] // awaited in place by tests, never spawned: no Send bound is needed
+pub trait Serving: Sync {
+    /// The Kubernetes and Knative side.
+    fn cluster(&self) -> &'static Cluster;
+
+    /// Where a fiber-router listens now (`None` while none runs).
+    fn router_addr(&self) -> Option<SocketAddr>;
+
     /// The tails of Lampyr's own component logs, for failure messages.
-    pub fn lampyr_logs(&self) -> String {
-        ["lampyr-controller", "fiber-router", "fiberd-k8s-controller"]
-            .iter()
-            .map(|c| format!("--- {c}:\n{}", self.log_tail(c, 15)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+    fn lampyr_logs(&self) -> String;
 
     /// Calls `check` every `interval` until it returns `Some`; panics naming
     /// `what`, with the components' logs, after [`PATIENCE`].
-    pub async fn poll<T>(&self, what: &str, interval: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    async fn poll<T>(&self, what: &str, interval: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
         let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(found) = check().await {
@@ -39,16 +43,16 @@ impl LampyrStack {
     }
 
     /// `kubectl apply -f` of `manifest` (an object or a List); panics with kubectl's error.
-    pub fn kubectl_apply(&self, manifest: &serde_json::Value) {
+    fn kubectl_apply(&self, manifest: &serde_json::Value) {
         let dir = tempfile::tempdir().expect("a temp dir");
         let file = dir.path().join("manifest.json");
         std::fs::write(&file, manifest.to_string()).expect("write the manifest");
-        let output = self.cluster.kubectl().args(["apply", "-f"]).arg(&file).output().expect("run kubectl");
+        let output = self.cluster().kubectl().args(["apply", "-f"]).arg(&file).output().expect("run kubectl");
         assert!(output.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&output.stderr));
     }
 
     /// Waits until Service `name` is Ready at its current generation; returns its URL's host.
-    pub async fn ready_host(&self, services: &Api<Service>, name: &str) -> String {
+    async fn ready_host(&self, services: &Api<Service>, name: &str) -> String {
         let service = self
             .poll(&format!("Service {name} Ready"), Duration::from_millis(50), async || {
                 let service = services.get(name).await.ok()?;
@@ -61,12 +65,26 @@ impl LampyrStack {
     }
 
     /// GETs `path` on `host` through fiber-router until it answers 200; returns the body.
-    pub async fn answer(&self, host: &str, path: &str) -> String {
+    async fn answer(&self, host: &str, path: &str) -> String {
         self.poll(&format!("{host}{path} answering 200"), Duration::from_millis(50), async || match self.get(host, path).await {
             Ok((200, body)) => Some(body),
             _ => None,
         })
         .await
+    }
+
+    /// Sends `GET path` with `Host: host` to fiber-router; returns the status and body.
+    async fn get(&self, host: &str, path: &str) -> Result<(u16, String), String> {
+        let router = self.router_addr().ok_or("no fiber-router is running")?;
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
+        let response = client
+            .get(format!("http://{router}{path}"))
+            .header("Host", host)
+            .send()
+            .await
+            .map_err(|e| format!("GET {host}{path} through fiber-router: {e}"))?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await.map_err(|e| e.to_string())?))
     }
 }
 

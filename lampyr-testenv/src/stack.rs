@@ -7,13 +7,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::bins::workspace_binary;
-use crate::cluster::{Cluster, PodRunner, Process, SYSTEM_NAMESPACE};
+use crate::cluster::{Cluster, PodProgram, PodRunner, Process, SYSTEM_NAMESPACE};
 use crate::guests::repo_root;
 use crate::registry::TestRegistry;
 
@@ -97,15 +96,17 @@ impl LampyrStack {
             router_process: Mutex::new(None),
             _grant_controller: grant_controller,
             pods: PodRunner::start(
-                &kubeconfig,
-                workspace_binary("lampyr-fiberd", "fiberd"),
-                vec![
-                    format!("--kubeconfig={}", kubeconfig.display()),
-                    format!("--plain-http-registry={}", registry.host()),
-                    "--scale-tick=0.5".into(),
-                    "--scale-to-zero-grace=5".into(),
-                ],
-                cluster.data_dir(),
+                cluster,
+                vec![PodProgram::grant_fiberd(
+                    workspace_binary("lampyr-fiberd", "fiberd"),
+                    vec![
+                        format!("--kubeconfig={}", kubeconfig.display()),
+                        format!("--plain-http-registry={}", registry.host()),
+                        "--scale-tick=0.5".into(),
+                        "--scale-to-zero-grace=5".into(),
+                    ],
+                    false,
+                )],
             ),
             registry,
         };
@@ -176,18 +177,23 @@ impl LampyrStack {
         let executing: f64 = metric_samples(&text, "lampyr_fiber_in_flight").map(|(_, value)| value).sum();
         executing as u64
     }
+}
 
-    /// Sends `GET path` with `Host: host` to fiber-router; returns the status and body.
-    pub async fn get(&self, host: &str, path: &str) -> Result<(u16, String), String> {
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
-        let response = client
-            .get(format!("http://{}{path}", self.router))
-            .header("Host", host)
-            .send()
-            .await
-            .map_err(|e| format!("GET {host}{path} through fiber-router: {e}"))?;
-        let status = response.status().as_u16();
-        Ok((status, response.text().await.map_err(|e| e.to_string())?))
+impl crate::Serving for LampyrStack {
+    fn cluster(&self) -> &'static Cluster {
+        self.cluster
+    }
+
+    fn router_addr(&self) -> Option<SocketAddr> {
+        Some(self.router)
+    }
+
+    fn lampyr_logs(&self) -> String {
+        ["lampyr-controller", "fiber-router", "fiberd-k8s-controller"]
+            .iter()
+            .map(|c| format!("--- {c}:\n{}", self.log_tail(c, 15)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 

@@ -4,7 +4,8 @@
 //! [`Cluster::shared`] starts, once per test process:
 //! - `etcd` and `kube-apiserver` (RBAC, client certificates, service-account tokens);
 //! - `kube-controller-manager` with the garbage collector (owner references),
-//!   the namespace controller and ClusterRole aggregation;
+//!   the namespace controller, ClusterRole aggregation, and the Deployment and
+//!   ReplicaSet controllers (their Pods run only where a [`PodRunner`] runs them);
 //! - upstream Knative Serving's CRDs, namespace, RBAC, configuration and webhook
 //!   registrations from the pinned modules' `config/`, filtered by
 //!   `lampyr-manifests` exactly as `ly scaffold workspace` writes them (no stock
@@ -23,7 +24,7 @@ mod install;
 pub mod pki;
 mod pod_runner;
 mod process;
-pub use pod_runner::PodRunner;
+pub use pod_runner::{PodProgram, PodRunner, PodSandbox, container};
 pub use process::{Process, log_tail};
 pub mod upstream;
 
@@ -386,7 +387,10 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
     manager
         .arg(format!("--kubeconfig={}", cluster.kubeconfig.display()))
         .args(["--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false"])
-        .arg("--controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller");
+        .arg(
+            "--controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller,\
+             deployment-controller,replicaset-controller",
+        );
     cluster.spawn("kube-controller-manager", manager)?;
     Ok(admin)
 }
