@@ -103,7 +103,10 @@ fn refused(env: &Env, args: &[&str], message: &str) {
 async fn install_health_reinstall_uninstall_on_an_existing_context() {
     let env = Env::new();
     env.assert_nothing_installed("before anything");
-    let good = env.settings("platform.yaml", &[]);
+    // Templates go to a real registry, so health can check it answers.
+    let registry = lampyr_testenv::TestRegistry::start();
+    let templates = format!("http://{}/lampyr/fiberd-templates", registry.host());
+    let good = env.settings("platform.yaml", &[("zygoteRegistries", &format!("[{templates}]"))]);
     let approve = "--approve-provider-manifests";
 
     // Every refusal says what is wrong before anything is changed.
@@ -143,7 +146,9 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     let policy = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
     assert_eq!(text(&policy), r#"["registry.example.com/lampyr/fiberd","registry.example.com/lampyr/fiberd-helper"]"#);
     let zygote = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.zygoteRegistries}"]);
-    assert_eq!(text(&zygote), r#"["registry.example.com/lampyr/fiberd-templates"]"#, "grant Pods pull templates only from there");
+    assert_eq!(text(&zygote), format!(r#"["{templates}"]"#), "grant Pods pull templates only from there");
+    let controller = env.kubectl(&["get", "deployment/lampyr-controller", "-n", "lampyr-system", "-o", "jsonpath={.spec.template.spec.containers[0].args}"]);
+    assert!(text(&controller).contains(&format!("--plain-http-registry={}", registry.host())), "{}", text(&controller));
     let network = env.kubectl(&["get", "configmap/config-network", "-n", "knative-serving", "-o", "jsonpath={.data.ingress-class}"]);
     assert_eq!(text(&network), "fiber.ingress.networking.knative.dev");
     let domain = env.kubectl(&["get", "configmap/config-domain", "-n", "knative-serving", "-o", "json"]);
@@ -181,6 +186,12 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     let health = env.ly(&["health"]);
     assert_eq!(health_table(&health).get("fleet-key"), Some(&true), "{}", text(&health));
     assert!(text(&health).contains("public key age1"), "{}", text(&health));
+
+    // A template registry that stops answering fails its check.
+    drop(registry);
+    let health = env.ly(&["health"]);
+    assert_eq!(health_table(&health).get("template-repository"), Some(&false), "{}", text(&health));
+    assert!(text(&health).contains("does not answer from this host"), "{}", text(&health));
 
     // Uninstall: no Lampyr object, no fleet key; what existed before (Knative) stays.
     let uninstalled = env.ly(&["uninstall", approve]);

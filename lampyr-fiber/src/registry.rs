@@ -338,6 +338,13 @@ impl RegistryClient {
         Ok(ArtifactRef::Registry { repository: repo.clone(), digest })
     }
 
+    /// Checks `repo`'s registry answers (it is asked whether it holds the empty blob; any
+    /// answer will do): an unreachable registry, a refused connection or a TLS mismatch fail.
+    pub async fn probe(&self, repo: &Repository) -> Result<(), RegistryError> {
+        self.check_scheme(repo)?;
+        self.has_blob(repo, "probe blob", &sha256_digest(EMPTY_JSON)).await.map(|_| ())
+    }
+
     /// Pulls the sealed template `digest` from `repo` into `cache`: its manifest
     /// is checked (type, one sealed layer within [`MAX_SEALED_BYTES`], the
     /// artifact annotation) and its layer stored once its digest checks.

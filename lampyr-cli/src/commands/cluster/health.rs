@@ -1,5 +1,7 @@
 //! `ly cluster health`: one pass/fail line per component, exit code 1 when any fails.
 
+use lampyr_fiber::artifact::reference::Repository;
+use lampyr_fiber::registry::RegistryClient;
 use serde_json::Value;
 
 use super::kubectl::{Kubectl, KubectlError};
@@ -183,17 +185,24 @@ fn fleet_key(kubectl: &Kubectl) -> Result<String, String> {
         .map_err(|e| format!("Secret {namespace}/{name} does not hold a fleet key: {e}"))
 }
 
-/// The recorded template repository, and a GrantPolicy owned by the installation.
+/// The recorded template repository, reachable from this host where ly pushes to it, and the
+/// installation's GrantPolicy admitting it for grant Pods.
 fn template_repository(kubectl: &Kubectl) -> Result<String, String> {
     let config = kubectl.get_json(&format!("configmap/{INSTALLATION}"), Some(SYSTEM_NAMESPACE)).map_err(text)?;
-    let pull = config
-        .as_ref()
-        .and_then(|c| c["data"]["templateRepository"].as_str().map(str::to_string))
-        .ok_or("no template repository recorded: run `ly cluster install`")?;
+    let recorded = |key: &str| config.as_ref().and_then(|c| c["data"][key].as_str().map(str::to_string)).filter(|v| !v.is_empty());
+    let (Some(pull), Some(push)) = (recorded("templateRepository"), recorded("templatePush")) else {
+        return Err("no template repository recorded: run `ly cluster install`".into());
+    };
     let policy = kubectl.get_json(&format!("grantpolicy.v1alpha1.fiber.lampyr.dev/{GRANT_POLICY}"), None).map_err(text)?;
-    let allowed = policy.ok_or(format!("GrantPolicy {GRANT_POLICY} is missing: run `ly cluster install`"))?;
-    Ok(format!(
-        "{pull} (anonymous pulls not probed); GrantPolicy {GRANT_POLICY} allows {}",
-        allowed["spec"]["allowedRepositories"].as_array().into_iter().flatten().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")
-    ))
+    let policy = policy.ok_or(format!("GrantPolicy {GRANT_POLICY} is missing: run `ly cluster install`"))?;
+    let zygote: Vec<&str> = policy["spec"]["zygoteRegistries"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let admitted = Repository::parse(&pull).is_ok_and(|p| zygote.iter().filter_map(|z| Repository::parse(z).ok()).any(|z| z.contains(&p)));
+    if !admitted {
+        return Err(format!("GrantPolicy {GRANT_POLICY}'s zygoteRegistries ({}) do not admit {pull}: run `ly cluster install`", zygote.join(", ")));
+    }
+    let repository = Repository::parse(&push).map_err(|e| format!("recorded push repository {push}: {e}"))?;
+    let probe = async { RegistryClient::for_repository(&repository)?.probe(&repository).await };
+    let reached = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?.block_on(probe);
+    reached.map_err(|e| format!("{push} does not answer from this host ({e}); ly deploy pushes templates there"))?;
+    Ok(format!("pushed to {push} (answers), pulled by grant Pods from {pull} (anonymous pulls not probed)"))
 }
