@@ -131,6 +131,33 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     let home = ly.kubectl(&["get", "homes.fiber.lampyr.dev/hello-00001", "-n", "default", "-o", "jsonpath={.spec.sealedTemplate}"]);
     assert_eq!(text(&home), sealed, "fiberd is given the sealed template");
     let first_key = fleet_key(&ly).expect("the first deploy made the fleet key");
+
+    // Bad artifacts and unreachable registries fail before anything is applied.
+    let layout = lampyr_testenv::example_artifact("hello", 64 * 1024);
+    let named = |name: &str, reference: &str| {
+        let file = dir.path().join(format!("{name}.yaml"));
+        let text = service.replace("name: hello\n", &format!("name: {name}\n")).replace(
+            "        autoscaling.knative.dev/min-scale: \"0\"\n",
+            &format!("        autoscaling.knative.dev/min-scale: \"0\"\n        lampyr.dev/snapshot-artifact: {reference}\n"),
+        );
+        std::fs::write(&file, text).expect("write");
+        file
+    };
+    let zeros = format!("sha256:{}", "0".repeat(64));
+    for (name, reference, extra, message) in [
+        ("wrong-digest", format!("{registry}/lampyr/snapshots@{zeros}"), None, "is not in"),
+        ("unreachable", format!("{}@{}", layout.layout.display(), layout.digest), Some("http://127.0.0.1:1/lampyr/snapshots"), "127.0.0.1:1"),
+    ] {
+        let file = named(name, &reference);
+        let mut args = vec![path(&file)];
+        if let Some(repository) = extra {
+            args.extend(["--repository", repository]);
+        }
+        let out = ly.deploy(&args);
+        assert!(!out.status.success(), "{name} must fail:\n{}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{name}: expected {message:?} in:\n{}", stderr(&out));
+        assert!(!ly.exists(&format!("services.serving.knative.dev/{name}"), Some("default")), "{name} was not applied");
+    }
     let policy = ly.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.zygoteRegistries}"]);
     assert_eq!(text(&policy), format!(r#"["http://{registry}/lampyr/fiberd-templates"]"#));
 

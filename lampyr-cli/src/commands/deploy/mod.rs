@@ -20,7 +20,7 @@ use self::repositories::Repositories;
 use super::CliError;
 use super::cluster::kubectl::{FIELD_MANAGER, Kubectl};
 use super::cluster::{ClusterError, reach};
-use super::snapshot::block_on;
+use super::snapshot::{block_on, resolve};
 use super::source::{ServiceDocument, Source, artifact_for, is_registry_reference, read_manifest, source_of};
 use crate::args::DeployArgs;
 use crate::ui::Ui;
@@ -155,6 +155,12 @@ pub fn run(args: DeployArgs, ui: &mut Ui) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The template's `lampyr.dev/snapshot-artifact` when it names a registry artifact (used as written).
+fn registry_annotation(document: &ServiceDocument) -> Option<&str> {
+    let annotations = document.service.spec.template.metadata.annotations.as_ref()?;
+    annotations.get(SNAPSHOT_ARTIFACT).map(String::as_str).filter(|r| is_registry_reference(r))
+}
+
 /// The namespace of the context (kubectl's default for namespaced objects), else `default`.
 fn context_namespace(kubectl: &Kubectl) -> Result<String, CliError> {
     let out = kubectl.run(&["config", "view", "--minify", "-o", "jsonpath={..namespace}"], None).map_err(ClusterError::from).map_err(DeployError::from)?;
@@ -196,8 +202,15 @@ impl Deployer {
     fn deploy(&self, planned: &Planned, ui: &mut Ui) -> Result<(), CliError> {
         let Planned { source, document, namespace, name, policy } = planned;
         ui.step(format!("{namespace}/{name}: resolving its artifact"));
-        let artifact = artifact_for(source, &document.service, policy, ui)?;
-        let reference = self.artifact_reference(document, &artifact, ui)?;
+        let given = registry_annotation(document);
+        let artifact = match given {
+            Some(reference) => resolve(&self.repositories.for_host(reference), ui)?,
+            None => artifact_for(source, &document.service, policy, ui)?,
+        };
+        let reference = match given {
+            Some(reference) => reference.to_string(),
+            None => self.push_artifact(&artifact, ui)?,
+        };
         let live = self.kubectl.get_json(&format!("services.serving.knative.dev/{name}"), Some(namespace)).map_err(ClusterError::from).map_err(DeployError::from)?;
         let sealed = match self.sealed_in(live.as_ref(), &reference) {
             Some(sealed) => {
@@ -221,13 +234,8 @@ impl Deployer {
         Ok(())
     }
 
-    /// The digest-pinned reference the Service gets: the annotation's registry reference as
-    /// written, or the artifact pushed now to the artifact repository.
-    fn artifact_reference(&self, document: &ServiceDocument, artifact: &VerifiedArtifact, ui: &mut Ui) -> Result<String, CliError> {
-        let annotations = document.service.spec.template.metadata.annotations.as_ref();
-        if let Some(given) = annotations.and_then(|a| a.get(SNAPSHOT_ARTIFACT)).filter(|r| is_registry_reference(r)) {
-            return Ok(given.clone());
-        }
+    /// Pushes a local artifact to the artifact repository; returns its reference as the cluster reaches it.
+    fn push_artifact(&self, artifact: &VerifiedArtifact, ui: &mut Ui) -> Result<String, CliError> {
         let target = &self.repositories.artifacts;
         ui.step(format!("pushing artifact {} to {}", artifact.digest, target.push));
         let client = RegistryClient::for_repository(&target.push)?;

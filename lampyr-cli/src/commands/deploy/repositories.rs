@@ -25,13 +25,37 @@ pub struct Spelled {
     pub pull: String,
 }
 
-/// Both repositories of a deploy.
+/// Both repositories of a deploy, and how the host reaches what the cluster names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repositories {
     /// Sealed fiberd templates.
     pub templates: Spelled,
     /// Snapshot artifacts.
     pub artifacts: Spelled,
+    /// `registryMirrors`: the registry the cluster reaches → the key the host uses, and whether it is plain HTTP.
+    mirrors: Vec<(String, String, bool)>,
+    /// Registries the installation reaches over plain HTTP (its `http://` template spellings).
+    plain_http: Vec<String>,
+}
+
+impl Repositories {
+    /// A registry reference as the cluster spells it (in a Service), as the host reaches it:
+    /// a mirror's in-cluster registry becomes the mirror's key, and a plain-HTTP registry gets
+    /// `http://`. Anything else (a scheme given, a layout path, another registry) is unchanged.
+    pub fn for_host(&self, reference: &str) -> String {
+        if reference.contains("://") {
+            return reference.to_string();
+        }
+        let Some((registry, rest)) = reference.split_once('/') else { return reference.to_string() };
+        if let Some((_, key, plain)) = self.mirrors.iter().find(|(target, _, _)| target == registry) {
+            let scheme = if *plain { "http://" } else { "" };
+            return format!("{scheme}{key}/{rest}");
+        }
+        if self.plain_http.iter().any(|r| r == registry) {
+            return format!("http://{reference}");
+        }
+        reference.to_string()
+    }
 }
 
 /// Reads the installation record and derives both repositories; `artifacts` overrides the artifact one.
@@ -55,6 +79,13 @@ pub fn derive(
     mirrors: &BTreeMap<String, RegistryMirror>,
 ) -> Result<Repositories, DeployError> {
     let templates = Spelled { push: parse(template_push)?, pull: bare(template_pull) };
+    let plain_http = [template_push, template_pull]
+        .iter()
+        .filter_map(|r| Repository::parse(r).ok())
+        .filter(|r| r.plain_http)
+        .map(|r| r.registry)
+        .collect();
+    let mirror_list = mirrors.iter().map(|(key, m)| (m.registry.clone(), key.clone(), m.plain_http)).collect();
     let artifacts = match artifacts {
         None => Spelled { push: parse(&sibling(template_push))?, pull: bare(&sibling(template_pull)) },
         Some(given) => {
@@ -66,7 +97,7 @@ pub fn derive(
             Spelled { push, pull }
         }
     };
-    Ok(Repositories { templates, artifacts })
+    Ok(Repositories { templates, artifacts, mirrors: mirror_list, plain_http })
 }
 
 fn parse(repository: &str) -> Result<Repository, DeployError> {
@@ -106,6 +137,17 @@ mod tests {
         assert_eq!(r.templates.pull, "kind-registry:5000/lampyr/fiberd-templates");
         assert_eq!(r.artifacts.push.to_string(), "http://localhost:5002/lampyr/snapshots");
         assert_eq!(r.artifacts.pull, "kind-registry:5000/lampyr/snapshots");
+    }
+
+    #[test]
+    fn references_as_the_cluster_spells_them_are_reached_through_the_host_spelling() {
+        let r = derive("http://localhost:5002/t", "http://kind-registry:5000/t", None, &mirrors()).expect("derives");
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(r.for_host(&format!("kind-registry:5000/lampyr/app@{d}")), format!("http://localhost:5002/lampyr/app@{d}"));
+        assert_eq!(r.for_host(&format!("registry.example.com/app@{d}")), format!("registry.example.com/app@{d}"));
+        assert_eq!(r.for_host(&format!("https://kind-registry:5000/app@{d}")), format!("https://kind-registry:5000/app@{d}"), "a scheme given is kept");
+        let direct = derive("http://10.0.0.5:5000/t", "http://10.0.0.5:5000/t", None, &BTreeMap::new()).expect("derives");
+        assert_eq!(direct.for_host(&format!("10.0.0.5:5000/app@{d}")), format!("http://10.0.0.5:5000/app@{d}"), "plain HTTP as recorded");
     }
 
     #[test]
