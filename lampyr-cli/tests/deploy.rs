@@ -114,7 +114,15 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     assert!(deployed.status.success(), "deploy failed:\n{}", stderr(&deployed));
     assert_eq!(text(&deployed).trim(), "default/hello: http://hello.default.apps.example.org (revision hello-00001)");
     let log = stderr(&deployed);
-    for step in ["building guest crate", "pushing artifact", "creating the fleet key", "sealing the fiberd template", "pushing the sealed template", "waiting up to 120s"] {
+    for step in [
+        "building guest crate",
+        "pushing artifact",
+        "creating the fleet key",
+        "sealing the fiberd template",
+        "pushing the sealed template",
+        "waiting up to 120s",
+        "curl -H 'Host: hello.default.apps.example.org' http://NODE:30080/",
+    ] {
         assert!(log.contains(step), "{step:?} missing from:\n{log}");
     }
     assert_eq!(stack.answer("hello.default.apps.example.org", "/").await, "Hello Lampyr!\n");

@@ -134,6 +134,8 @@ struct Deployer {
     fingerprint: String,
     keep_image: bool,
     timeout: Duration,
+    /// fiber-router's HTTP NodePort, for the hint printed after the URL.
+    node_port: u16,
 }
 
 /// Runs `ly deploy`.
@@ -141,13 +143,14 @@ pub fn run(args: DeployArgs, ui: &mut Ui) -> Result<(), CliError> {
     let kubectl = Kubectl::new(args.target.kubeconfig.clone(), args.target.context.clone());
     ui.step("checking the cluster");
     let context = reach(&kubectl, &args.target).map_err(DeployError::from)?;
-    let repositories = repositories::read(&kubectl, args.repository.as_deref())?;
+    let (repositories, settings) = repositories::read(&kubectl, args.repository.as_deref())?;
     let namespace = args.namespace.clone().map_or_else(|| context_namespace(&kubectl), Ok)?;
     let planned = plan(&args.paths, &namespace, args.namespace.as_deref())?;
     let key = fleet_key::get_or_create(&kubectl, ui)?;
     let fingerprint = fleet_key::fingerprint(&key.public());
     let timeout = Duration::from_secs(args.timeout);
-    let deployer = Deployer { kubectl, repositories, key, fingerprint, keep_image: args.keep_image, timeout };
+    let node_port = settings.ingress.http_node_port;
+    let deployer = Deployer { kubectl, repositories, key, fingerprint, keep_image: args.keep_image, timeout, node_port };
     ui.step(format!("deploying {} Service(s) to context {context}", planned.len()));
     for service in &planned {
         deployer.deploy(service, ui)?;
@@ -231,6 +234,8 @@ impl Deployer {
         ui.step(format!("{namespace}/{name}: waiting up to {}s for Ready", self.timeout.as_secs()));
         let ready = wait::until_ready(&self.kubectl, namespace, name, generation, self.timeout, ui)?;
         ui.line(format!("{namespace}/{name}: {} (revision {})", ready.url, ready.revision));
+        let host = ready.url.trim_start_matches("http://").trim_start_matches("https://");
+        ui.note(format!("  without DNS for it: curl -H 'Host: {host}' http://NODE:{}/ (fiber-router's NodePort)", self.node_port));
         Ok(())
     }
 

@@ -58,8 +58,9 @@ impl Repositories {
     }
 }
 
-/// Reads the installation record and derives both repositories; `artifacts` overrides the artifact one.
-pub fn read(kubectl: &Kubectl, artifacts: Option<&str>) -> Result<Repositories, DeployError> {
+/// Reads the installation record and derives both repositories (`artifacts` overrides the
+/// artifact one); also returns the recorded platform settings.
+pub fn read(kubectl: &Kubectl, artifacts: Option<&str>) -> Result<(Repositories, PlatformSettings), DeployError> {
     let config = kubectl.get_json(&format!("configmap/{INSTALLATION}"), Some(SYSTEM_NAMESPACE)).map_err(ClusterError::from)?;
     let data = config.as_ref().map(|c| &c["data"]);
     let field = |key: &str| data.and_then(|d| d[key].as_str()).filter(|v| !v.is_empty()).map(str::to_string);
@@ -68,7 +69,7 @@ pub fn read(kubectl: &Kubectl, artifacts: Option<&str>) -> Result<Repositories, 
     };
     let settings = record_entry(kubectl, "settings")?.ok_or(DeployError::NotInstalled)?;
     let settings: PlatformSettings = serde_json::from_str(&settings).map_err(|e| ClusterError::Record(e.to_string()))?;
-    derive(&push, &pull, artifacts, &settings.registry_mirrors)
+    Ok((derive(&push, &pull, artifacts, &settings.registry_mirrors)?, settings))
 }
 
 /// The repositories from the recorded template spellings, the mirrors, and an artifact override.
