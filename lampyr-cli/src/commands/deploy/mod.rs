@@ -141,11 +141,12 @@ struct Deployer {
 /// Runs `ly deploy`.
 pub fn run(args: DeployArgs, ui: &mut Ui) -> Result<(), CliError> {
     let kubectl = Kubectl::new(args.target.kubeconfig.clone(), args.target.context.clone());
+    // Local checks first: a bad manifest is refused without touching the cluster.
+    let namespace = args.namespace.clone().map_or_else(|| context_namespace(&kubectl), Ok)?;
+    let planned = plan(&args.paths, &namespace, args.namespace.as_deref())?;
     ui.step("checking the cluster");
     let context = reach(&kubectl, &args.target).map_err(DeployError::from)?;
     let (repositories, settings) = repositories::read(&kubectl, args.repository.as_deref())?;
-    let namespace = args.namespace.clone().map_or_else(|| context_namespace(&kubectl), Ok)?;
-    let planned = plan(&args.paths, &namespace, args.namespace.as_deref())?;
     let key = fleet_key::get_or_create(&kubectl, ui)?;
     let fingerprint = fleet_key::fingerprint(&key.public());
     let timeout = Duration::from_secs(args.timeout);
@@ -164,7 +165,8 @@ fn registry_annotation(document: &ServiceDocument) -> Option<&str> {
     annotations.get(SNAPSHOT_ARTIFACT).map(String::as_str).filter(|r| is_registry_reference(r))
 }
 
-/// The namespace of the context (kubectl's default for namespaced objects), else `default`.
+/// The namespace of the context (kubectl's default for namespaced objects), else `default`;
+/// read from the kubeconfig alone.
 fn context_namespace(kubectl: &Kubectl) -> Result<String, CliError> {
     let out = kubectl.run(&["config", "view", "--minify", "-o", "jsonpath={..namespace}"], None).map_err(ClusterError::from).map_err(DeployError::from)?;
     Ok(Some(out.trim().to_string()).filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()))
