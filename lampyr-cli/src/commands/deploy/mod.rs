@@ -147,6 +147,12 @@ pub fn run(args: DeployArgs, ui: &mut Ui) -> Result<(), CliError> {
     ui.step("checking the cluster");
     let context = reach(&kubectl, &args.target).map_err(DeployError::from)?;
     let (repositories, settings) = repositories::read(&kubectl, args.repository.as_deref())?;
+    if let Some(registry) = repositories.artifacts_unreachable_by_plain_http() {
+        ui.warn(format!(
+            "artifacts go to plain-HTTP registry {registry}, which lampyr-controller reaches over HTTPS unless its \
+             --plain-http-registry flags name it; add --plain-http-registry={registry} to its Deployment, or push beside the templates"
+        ));
+    }
     let key = fleet_key::get_or_create(&kubectl, ui)?;
     let fingerprint = fleet_key::fingerprint(&key.public());
     let timeout = Duration::from_secs(args.timeout);

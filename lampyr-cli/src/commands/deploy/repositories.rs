@@ -39,6 +39,14 @@ pub struct Repositories {
 }
 
 impl Repositories {
+    /// When artifacts go to a plain-HTTP registry the installation does not reach over plain
+    /// HTTP (lampyr-controller's `--plain-http-registry` covers only the template registries),
+    /// that registry as the cluster names it.
+    pub fn artifacts_unreachable_by_plain_http(&self) -> Option<&str> {
+        let registry = self.artifacts.pull.split('/').next().unwrap_or_default();
+        (self.artifacts.push.plain_http && !self.plain_http.iter().any(|r| r == registry)).then_some(registry)
+    }
+
     /// A registry reference as the cluster spells it (in a Service), as the host reaches it:
     /// a mirror's in-cluster registry becomes the mirror's key, and a plain-HTTP registry gets
     /// `http://`. Anything else (a scheme given, a layout path, another registry) is unchanged.
@@ -149,6 +157,17 @@ mod tests {
         assert_eq!(r.for_host(&format!("https://kind-registry:5000/app@{d}")), format!("https://kind-registry:5000/app@{d}"), "a scheme given is kept");
         let direct = derive("http://10.0.0.5:5000/t", "http://10.0.0.5:5000/t", None, &BTreeMap::new()).expect("derives");
         assert_eq!(direct.for_host(&format!("10.0.0.5:5000/app@{d}")), format!("http://10.0.0.5:5000/app@{d}"), "plain HTTP as recorded");
+    }
+
+    #[test]
+    fn another_plain_http_artifact_registry_is_flagged() {
+        let t = "http://localhost:5002/lampyr/fiberd-templates";
+        let beside = derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", None, &mirrors()).expect("derives");
+        assert_eq!(beside.artifacts_unreachable_by_plain_http(), None, "the template registry is plain HTTP for the cluster");
+        let other = derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", Some("http://10.0.0.9:5000/apps"), &mirrors()).expect("derives");
+        assert_eq!(other.artifacts_unreachable_by_plain_http(), Some("10.0.0.9:5000"));
+        let tls = derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", Some("registry.example.com/apps"), &mirrors()).expect("derives");
+        assert_eq!(tls.artifacts_unreachable_by_plain_http(), None);
     }
 
     #[test]
