@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod deploy;
+pub mod fleet_key;
 pub mod run;
 pub mod scaffold;
 pub mod snapshot;

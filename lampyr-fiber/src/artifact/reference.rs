@@ -56,6 +56,12 @@ impl Repository {
         Ok(Repository { registry: registry.to_string(), path: path.to_string(), plain_http })
     }
 
+    /// `registry/path`, without a scheme: how references in Kubernetes objects spell it
+    /// (plain HTTP is each component's configuration there, not part of the name).
+    pub fn without_scheme(&self) -> String {
+        format!("{}/{}", self.registry, self.path)
+    }
+
     /// Whether `other` is this repository or below it in the same registry
     /// (`r.example.com/t` contains `r.example.com/t/fiberd`, not `r.example.com/tx`);
     /// the scheme is how a registry is reached, not which one it is, and is not compared.
@@ -63,6 +69,17 @@ impl Repository {
         self.registry == other.registry
             && (other.path == self.path || other.path.strip_prefix(&self.path).is_some_and(|rest| rest.starts_with('/')))
     }
+}
+
+/// The registries of the plain-HTTP repositories among `repositories`, each once, in order.
+pub fn plain_http_registries<'a>(repositories: impl IntoIterator<Item = &'a Repository>) -> Vec<String> {
+    let mut registries: Vec<String> = Vec::new();
+    for repository in repositories.into_iter().filter(|r| r.plain_http) {
+        if !registries.contains(&repository.registry) {
+            registries.push(repository.registry.clone());
+        }
+    }
+    registries
 }
 
 impl fmt::Display for Repository {

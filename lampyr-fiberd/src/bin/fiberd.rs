@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use lampyr_fiber::artifact::reference::Repository;
+use lampyr_fiber::artifact::reference::{Repository, plain_http_registries};
 use lampyr_fiberd::{FiberdConfig, FleetKeySource, SecretKeyRef};
 use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::ScalerConfig;
@@ -91,10 +91,12 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
     config.plain_http_registries = args.plain_http_registries.clone();
     for text in &args.template_repositories {
         let repository = Repository::parse(text).map_err(|e| format!("--template-repository {text:?}: {e}"))?;
-        if repository.plain_http && !config.plain_http_registries.contains(&repository.registry) {
-            config.plain_http_registries.push(repository.registry.clone());
-        }
         config.template_repositories.push(repository);
+    }
+    for registry in plain_http_registries(&config.template_repositories) {
+        if !config.plain_http_registries.contains(&registry) {
+            config.plain_http_registries.push(registry);
+        }
     }
     config.fleet_key = match &args.fleet_key_file {
         Some(path) => FleetKeySource::File(path.clone()),

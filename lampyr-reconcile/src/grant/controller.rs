@@ -11,6 +11,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use lampyr_api::keys::FLEET_KEY_SECRET_NAMESPACE;
 use lampyr_api::{CapacityGrant, GrantPolicy};
 use serde_json::json;
 
@@ -20,8 +21,6 @@ use super::status::grant_status;
 
 /// The field manager of everything the grant controller writes.
 pub const FIELD_MANAGER: &str = "fiberd-k8s-controller";
-/// The namespace the fleet key Secret lives in (copied next to grant Pods elsewhere).
-pub const FLEET_KEY_NAMESPACE: &str = "default";
 
 /// Why a grant could not be reconciled (retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -178,11 +177,11 @@ async fn ensure_fiberd_identity(client: &Client, namespace: &str, settings: &Pod
 
 /// Copies the fleet key Secret into `namespace` so its grant Pods can mount it.
 async fn copy_fleet_key(client: &Client, namespace: &str) -> Result<(), GrantError> {
-    if namespace == FLEET_KEY_NAMESPACE {
+    if namespace == FLEET_KEY_SECRET_NAMESPACE {
         return Ok(());
     }
     let name = PodSettings::default().fleet_key_secret;
-    let source: Api<Secret> = Api::namespaced(client.clone(), FLEET_KEY_NAMESPACE);
+    let source: Api<Secret> = Api::namespaced(client.clone(), FLEET_KEY_SECRET_NAMESPACE);
     let Some(key) = source.get_opt(&name).await.map_err(api_error(format!("reading Secret default/{name}")))? else {
         // No key yet (no sealed template deployed): the Pods mount it optionally.
         return Ok(());

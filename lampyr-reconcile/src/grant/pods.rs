@@ -52,7 +52,7 @@ impl Default for PodSettings {
             fiberd_port: 8012,
             default_node_selector: BTreeMap::from([("lampyr.dev/kvm".into(), "true".into())]),
             kvm: KvmAccess::HostPath,
-            fleet_key_secret: "lampyr-fiberd-seal-key".into(),
+            fleet_key_secret: lampyr_api::keys::FLEET_KEY_SECRET_NAME.into(),
             template_repositories: Vec::new(),
         }
     }

@@ -136,7 +136,7 @@ pub fn parse_pinned(value: &str) -> Result<PinnedReference, ArtifactProblem> {
     match ArtifactRef::parse(value) {
         Ok(parsed @ ArtifactRef::Registry { .. }) => {
             let ArtifactRef::Registry { repository, digest } = &parsed else { unreachable!("matched above") };
-            let canonical = format!("{}/{}@{digest}", repository.registry, repository.path);
+            let canonical = format!("{}@{digest}", repository.without_scheme());
             Ok(PinnedReference { parsed, canonical })
         }
         Ok(ArtifactRef::Layout { .. }) => {

@@ -1,12 +1,14 @@
 //! `ly cluster health`: one pass/fail line per component, exit code 1 when any fails.
 
+use lampyr_api::keys::{FLEET_KEY_SECRET_KEY, FLEET_KEY_SECRET_NAME, FLEET_KEY_SECRET_NAMESPACE};
 use lampyr_fiber::artifact::reference::Repository;
 use lampyr_fiber::registry::RegistryClient;
 use serde_json::Value;
 
 use super::kubectl::{Kubectl, KubectlError};
 use super::plan::{GRANT_POLICY, INSTALLATION, ObjectRef, SYSTEM_NAMESPACE};
-use super::{ClusterError, FLEET_KEY_SECRET, read_plan};
+use super::{ClusterError, read_plan};
+use crate::commands::fleet_key::{StoredKey, stored};
 use crate::ui::{Color, Ui};
 
 /// What to install when cert-manager is missing.
@@ -166,23 +168,13 @@ pub fn cert_manager(kubectl: &Kubectl) -> Result<Result<String, String>, Kubectl
 
 /// The fleet key Secret: absent until the first `ly deploy` (fine), or a valid key.
 fn fleet_key(kubectl: &Kubectl) -> Result<String, String> {
-    let (namespace, name) = FLEET_KEY_SECRET;
-    let template = "--template={{if .data.key}}{{index .data \"key\" | base64decode}}{{end}}";
-    let secret = format!("secret/{name}");
-    let out = kubectl
-        .run(&["get", &secret, "-n", namespace, "--ignore-not-found", "-o", "go-template", template], None)
-        .map_err(text)?;
-    if out.is_empty() {
-        let exists = kubectl.get_json(&secret, Some(namespace)).map_err(text)?.is_some();
-        return if exists {
-            Err(format!("Secret {namespace}/{name} has no data key \"key\"; delete it (templates sealed to it will not open)"))
-        } else {
-            Ok(format!("Secret {namespace}/{name} not created yet: the first `ly deploy` creates it"))
-        };
+    let secret = format!("Secret {FLEET_KEY_SECRET_NAMESPACE}/{FLEET_KEY_SECRET_NAME}");
+    match stored(kubectl).map_err(text)? {
+        StoredKey::Absent => Ok(format!("{secret} not created yet: the first `ly deploy` creates it")),
+        StoredKey::NoKey => Err(format!("{secret} has no data key \"{FLEET_KEY_SECRET_KEY}\"; delete it (templates sealed to it will not open)")),
+        StoredKey::Invalid(why) => Err(format!("{secret} does not hold a fleet key: {why}")),
+        StoredKey::Key(key) => Ok(format!("{secret}: public key {}", key.public())),
     }
-    lampyr_fiber::seal::FleetKey::parse(out.trim())
-        .map(|key| format!("Secret {namespace}/{name}: public key {}", key.public()))
-        .map_err(|e| format!("Secret {namespace}/{name} does not hold a fleet key: {e}"))
 }
 
 /// The recorded template repository, reachable from this host where ly pushes to it, and the

@@ -8,6 +8,7 @@ pub mod settings;
 
 use std::path::PathBuf;
 
+use lampyr_api::keys::{FLEET_KEY_SECRET_NAME, FLEET_KEY_SECRET_NAMESPACE};
 use serde_json::Value;
 
 use self::kubectl::{Kubectl, KubectlError};
@@ -15,9 +16,6 @@ use self::plan::{INSTALLATION, ObjectRef, PlanError, SYSTEM_NAMESPACE, Step};
 use self::settings::SettingsError;
 use crate::args::{ClusterCommand, ClusterOptions, ContextOptions};
 use crate::ui::{Color, Ui};
-
-/// The fleet key Secret (`namespace`, `name`): `ly deploy` creates it, uninstall deletes it.
-pub const FLEET_KEY_SECRET: (&str, &str) = ("default", "lampyr-fiberd-seal-key");
 
 /// Why a cluster command failed; each message says what to do next.
 #[derive(Debug, thiserror::Error)]
@@ -358,13 +356,13 @@ fn sealed_services(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
 
 /// The fleet key Secret and the grant controller's copies of it in other namespaces.
 fn fleet_keys(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
-    let selector = format!("metadata.name={}", FLEET_KEY_SECRET.1);
+    let selector = format!("metadata.name={FLEET_KEY_SECRET_NAME}");
     let mut keys: Vec<ObjectRef> = list_all(kubectl, "secrets", Some(&selector))?.iter().map(created).collect();
     let default = ObjectRef {
         api_version: "v1".into(),
         kind: "Secret".into(),
-        namespace: Some(FLEET_KEY_SECRET.0.into()),
-        name: FLEET_KEY_SECRET.1.into(),
+        namespace: Some(FLEET_KEY_SECRET_NAMESPACE.into()),
+        name: FLEET_KEY_SECRET_NAME.into(),
         created: true,
     };
     if !keys.iter().any(|k| k.same(&default)) {

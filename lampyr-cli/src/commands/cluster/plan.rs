@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use base64::prelude::{BASE64_STANDARD, Engine as _};
+use lampyr_fiber::artifact::reference::{self, Repository};
 use serde_json::{Value, json};
 
 use super::settings::{Checked, ControllerManifest};
@@ -254,16 +255,10 @@ fn set_repeated_arg(object: &mut Value, flag: &str, values: &[String]) {
     }
 }
 
-/// The registries of the `http://` repositories among `repositories`, each once.
+/// The registries of the `http://` repositories among `repositories` (spelled as the GrantPolicy takes them), each once.
 fn plain_http_registries(repositories: &[String]) -> Vec<String> {
-    let mut registries: Vec<String> = Vec::new();
-    for repository in repositories.iter().filter_map(|r| r.strip_prefix("http://")) {
-        let registry = repository.split('/').next().unwrap_or(repository).to_string();
-        if !registries.contains(&registry) {
-            registries.push(registry);
-        }
-    }
-    registries
+    let parsed: Vec<Repository> = repositories.iter().filter_map(|r| Repository::parse(r).ok()).collect();
+    reference::plain_http_registries(&parsed)
 }
 
 /// The installation's GrantPolicy: the grant and helper images' repositories, and the

@@ -3,7 +3,6 @@
 //! template repository, the Service applied with both pinned, then waited on
 //! until Ready. See `docs/ly-deploy.md`.
 
-pub mod fleet_key;
 pub mod repositories;
 pub mod wait;
 
@@ -20,6 +19,7 @@ use self::repositories::Repositories;
 use super::CliError;
 use super::cluster::kubectl::{FIELD_MANAGER, Kubectl};
 use super::cluster::{ClusterError, reach};
+use super::fleet_key;
 use super::snapshot::{block_on, resolve};
 use super::source::{ServiceDocument, Source, artifact_for, is_registry_reference, read_manifest, source_of};
 use crate::args::DeployArgs;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use lampyr_fiber::artifact::reference::Repository;
+use lampyr_fiber::artifact::reference::{Repository, plain_http_registries};
 
 use super::DeployError;
 use crate::commands::cluster::kubectl::Kubectl;
@@ -87,42 +87,27 @@ pub fn derive(
     artifacts: Option<&str>,
     mirrors: &BTreeMap<String, RegistryMirror>,
 ) -> Result<Repositories, DeployError> {
-    let templates = Spelled { push: parse(template_push)?, pull: bare(template_pull) };
-    let plain_http = [template_push, template_pull]
-        .iter()
-        .filter_map(|r| Repository::parse(r).ok())
-        .filter(|r| r.plain_http)
-        .map(|r| r.registry)
-        .collect();
-    let mirror_list = mirrors.iter().map(|(key, m)| (m.registry.clone(), key.clone(), m.plain_http)).collect();
+    let (push, pull) = (parse(template_push)?, parse(template_pull)?);
+    let plain_http = plain_http_registries([&push, &pull]);
     let artifacts = match artifacts {
-        None => Spelled { push: parse(&sibling(template_push))?, pull: bare(&sibling(template_pull)) },
+        None => {
+            let beside = |r: &Repository| Repository { path: ARTIFACTS_PATH.to_string(), ..r.clone() };
+            Spelled { push: beside(&push), pull: beside(&pull).without_scheme() }
+        }
         Some(given) => {
             let push = parse(given)?;
-            let pull = match mirrors.get(&push.registry) {
-                Some(mirror) => format!("{}/{}", mirror.registry, push.path),
-                None => format!("{}/{}", push.registry, push.path),
-            };
+            let registry = mirrors.get(&push.registry).map_or(&push.registry, |mirror| &mirror.registry);
+            let pull = format!("{registry}/{}", push.path);
             Spelled { push, pull }
         }
     };
-    Ok(Repositories { templates, artifacts, mirrors: mirror_list, plain_http })
+    let templates = Spelled { pull: pull.without_scheme(), push };
+    let mirrors = mirrors.iter().map(|(key, m)| (m.registry.clone(), key.clone(), m.plain_http)).collect();
+    Ok(Repositories { templates, artifacts, mirrors, plain_http })
 }
 
 fn parse(repository: &str) -> Result<Repository, DeployError> {
     Repository::parse(repository).map_err(|e| DeployError::Repository { repository: repository.to_string(), reason: e.to_string() })
-}
-
-/// A repository without its scheme: how references in a Service spell it.
-fn bare(repository: &str) -> String {
-    repository.trim_start_matches("http://").trim_start_matches("https://").to_string()
-}
-
-/// [`ARTIFACTS_PATH`] in the registry of `repository`, keeping its scheme.
-fn sibling(repository: &str) -> String {
-    let (scheme, rest) = repository.find("://").map_or(("", repository), |i| repository.split_at(i + 3));
-    let registry = rest.split('/').next().unwrap_or(rest);
-    format!("{scheme}{registry}/{ARTIFACTS_PATH}")
 }
 
 #[cfg(test)]
