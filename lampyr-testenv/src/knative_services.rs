@@ -21,7 +21,7 @@ pub const PATIENCE: Duration = Duration::from_secs(120);
 #[allow(async_fn_in_trait)] // awaited in place by tests, never spawned: no Send bound is needed
 pub trait Serving: Sync {
     /// The Kubernetes and Knative side.
-    fn cluster(&self) -> &'static Cluster;
+    fn cluster(&self) -> &Cluster;
 
     /// Where a fiber-router listens now (`None` while none runs).
     fn router_addr(&self) -> Option<SocketAddr>;

@@ -1,6 +1,8 @@
 //! Test support shared by Lampyr's crates: example guests built once per
 //! process, and real components started on loopback: an OCI registry, and a
-//! Kubernetes API server with upstream Knative composed as Lampyr runs it.
+//! Kubernetes API server with upstream Knative composed as Lampyr runs it; and
+//! a real single-node cluster (containerd, kubelet, kube-proxy, CoreDNS) in a
+//! network namespace of its own.
 //!
 //! Everything here fails loudly, naming the setup step, when a prerequisite
 //! (`/dev/kvm`, the guest target, `docker-registry`) is missing: a test that
@@ -12,14 +14,16 @@ pub mod cluster;
 pub mod guests;
 pub mod installed;
 pub mod knative_services;
+pub mod node;
 pub mod registry;
 pub mod stack;
 
 pub use artifacts::{Artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};
 pub use bins::workspace_binary;
-pub use cluster::{Cluster, Process};
+pub use cluster::{Cluster, Placement, Process};
 pub use knative_services::{PATIENCE, Serving, knative_service};
 pub use guests::{example_elf, repo_root, require_kvm, test_guest_elf};
 pub use registry::TestRegistry;
 pub use installed::InstalledLampyr;
+pub use node::Node;
 pub use stack::LampyrStack;

@@ -8,11 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cluster::Placement;
+
 const BINARY: &str = "/usr/bin/docker-registry";
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 const START_ATTEMPTS: usize = 3;
 
-/// A running `docker-registry` serving plain HTTP on `127.0.0.1:PORT`; killed on drop.
+/// A running `docker-registry` serving plain HTTP on `127.0.0.1:PORT` (or on a node's
+/// address, [`TestRegistry::start_in`]); killed on drop.
 pub struct TestRegistry {
     child: Child,
     addr: SocketAddr,
@@ -32,7 +35,7 @@ impl TestRegistry {
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
             let addr = free_loopback_addr();
-            let child = spawn(dir.path(), addr);
+            let child = spawn(dir.path(), addr, None);
             let mut registry = TestRegistry { child, addr, dir };
             match registry.wait_ready() {
                 Ok(()) => return registry,
@@ -42,6 +45,25 @@ impl TestRegistry {
             }
         }
         panic!("docker-registry could not bind a free loopback port after {START_ATTEMPTS} attempts:\n{last_log}")
+    }
+
+    /// Starts a registry on `port` of `placement`'s address, inside its network namespace
+    /// (reached alike from the test and from the node's Pods), and waits until it answers.
+    ///
+    /// Panics with the registry's log when it cannot be started.
+    pub fn start_in(placement: &Placement, port: u16) -> Self {
+        assert!(
+            Path::new(BINARY).is_file(),
+            "docker-registry not found: run scripts/setup (installs Debian's docker-registry)"
+        );
+        let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
+        let addr = SocketAddr::new(placement.address, port);
+        let child = spawn(dir.path(), addr, Some(placement));
+        let mut registry = TestRegistry { child, addr, dir };
+        if let Err(log) = registry.wait_ready() {
+            panic!("docker-registry on {addr} did not become ready:\n{log}");
+        }
+        registry
     }
 
     /// Listening address, e.g. `127.0.0.1:41234`.
@@ -98,7 +120,7 @@ fn free_loopback_addr() -> SocketAddr {
     listener.local_addr().expect("local address")
 }
 
-fn spawn(dir: &Path, addr: SocketAddr) -> Child {
+fn spawn(dir: &Path, addr: SocketAddr, placement: Option<&Placement>) -> Child {
     let storage = dir.join("storage");
     fs::create_dir_all(&storage).expect("registry storage dir");
     let config = dir.join("config.yml");
@@ -109,9 +131,13 @@ fn spawn(dir: &Path, addr: SocketAddr) -> Child {
     fs::write(&config, yaml).expect("write registry config");
     // The registry logs every request: a file never fills up and blocks it as a pipe would.
     let log = fs::File::create(dir.join("registry.log")).expect("registry log file");
-    Command::new(BINARY)
-        .arg("serve")
-        .arg(&config)
+    let mut command = Command::new(BINARY);
+    command.arg("serve").arg(&config);
+    let mut command = match placement {
+        Some(placement) => placement.command(command),
+        None => command,
+    };
+    command
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone log handle"))
         .stderr(log)

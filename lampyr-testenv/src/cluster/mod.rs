@@ -29,7 +29,7 @@ pub use process::{Process, log_tail};
 pub mod upstream;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -54,9 +54,65 @@ const CONTROLLER_COMPONENT: &str = "lampyr-knative-controller";
 /// Reconcilers the composed controller runs; each holds a lease when started.
 const RECONCILERS: [&str; 7] = ["configuration", "labeler", "route", "service", "gc", "nscert", "domainmapping"];
 
+/// Where the control plane runs and what it serves.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The address the API server binds and advertises.
+    pub address: IpAddr,
+    /// The network namespace every component runs in (`/run/netns/NAME`); `None`: the test's own.
+    pub netns: Option<PathBuf>,
+    /// `--service-cluster-ip-range`.
+    pub service_cidr: String,
+    /// The first address of the Service range: the `kubernetes` Service's ClusterIP.
+    pub api_service_ip: IpAddr,
+    /// Whether a real node joins: the API server authorizes kubelets (`Node,RBAC`,
+    /// NodeRestriction), publishes its own endpoints, and kube-controller-manager runs the
+    /// controllers Pods need (service accounts, `kube-root-ca.crt`, EndpointSlices).
+    pub node: bool,
+}
+
+impl Placement {
+    /// On loopback in the test's own network namespace, with no node (the Knative environment).
+    pub fn loopback() -> Self {
+        Placement {
+            address: IpAddr::from([127, 0, 0, 1]),
+            netns: None,
+            service_cidr: "198.19.255.0/24".into(),
+            api_service_ip: IpAddr::from([198, 19, 255, 1]),
+            node: false,
+        }
+    }
+
+    /// `command` run inside the placement's network namespace (with `nsenter`, which
+    /// enters only the network namespace: mounts stay shared with the test), or as is.
+    pub fn command(&self, command: Command) -> Command {
+        let Some(netns) = &self.netns else { return command };
+        let mut wrapped = Command::new("nsenter");
+        wrapped.arg(format!("--net={}", netns.display())).arg("--").arg(command.get_program()).args(command.get_args());
+        for (key, value) in command.get_envs() {
+            match value {
+                Some(value) => wrapped.env(key, value),
+                None => wrapped.env_remove(key),
+            };
+        }
+        if let Some(dir) = command.get_current_dir() {
+            wrapped.current_dir(dir);
+        }
+        wrapped
+    }
+
+    /// A port for a component: `default` inside a namespace of the environment's own (every
+    /// port is free there), else a loopback port that was free a moment ago.
+    fn port(&self, default: u16) -> Result<u16, String> {
+        if self.netns.is_some() { Ok(default) } else { free_port() }
+    }
+}
+
 /// A running environment. See the module documentation.
 pub struct Cluster {
     dir: PathBuf,
+    placement: Placement,
+    pki: pki::Pki,
     kubeconfig: PathBuf,
     kubectl: PathBuf,
     processes: Mutex<Vec<Process>>,
@@ -89,18 +145,23 @@ impl Cluster {
     ///
     /// Runs on its own thread, so it may be called from inside an async runtime.
     pub fn start() -> Result<Cluster, String> {
-        std::thread::Builder::new()
-            .name("lampyr-testenv-start".into())
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("building a runtime: {e}"))?;
-                runtime.block_on(boot())
-            })
-            .map_err(|e| format!("starting the start-up thread: {e}"))?
-            .join()
-            .map_err(|_| "the start-up thread panicked".to_string())?
+        start_on_own_thread(Placement::loopback(), true)
+    }
+
+    /// Starts a bare control plane (etcd, kube-apiserver, kube-controller-manager; no
+    /// Knative) placed as `placement` says; everything stops when it is dropped.
+    pub fn start_bare(placement: Placement) -> Result<Cluster, String> {
+        start_on_own_thread(placement, false)
+    }
+
+    /// Where the control plane runs.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The environment's certificates (CA, API server, admin) and the CA to issue more.
+    pub fn pki(&self) -> &pki::Pki {
+        &self.pki
     }
 
     /// A client acting as the cluster admin (`system:masters`), bound to the caller's runtime.
@@ -152,7 +213,7 @@ impl Cluster {
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf, String> {
         let token = service_account_token(&self.client().await, namespace, name).await?;
         let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
-        write_kubeconfig(&path, &self.server_url()?, &self.dir.join("pki/ca.crt"), &format!("    token: {token}\n"))?;
+        write_kubeconfig(&path, &self.server_url()?, &self.pki.ca_cert, &format!("    token: {token}\n"))?;
         Ok(path)
     }
 
@@ -218,6 +279,22 @@ impl Drop for Cluster {
     }
 }
 
+/// Boots an environment from a thread of its own (callers may be inside an async runtime).
+fn start_on_own_thread(placement: Placement, knative: bool) -> Result<Cluster, String> {
+    std::thread::Builder::new()
+        .name("lampyr-testenv-start".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("building a runtime: {e}"))?;
+            runtime.block_on(boot(placement, knative))
+        })
+        .map_err(|e| format!("starting the start-up thread: {e}"))?
+        .join()
+        .map_err(|_| "the start-up thread panicked".to_string())?
+}
+
 /// Tears the shared environment down when the test process exits normally
 /// (the kernel kills its processes in every other case).
 fn register_exit_teardown() {
@@ -271,7 +348,7 @@ pub fn free_port() -> Result<u16, String> {
 }
 
 /// A kubeconfig for `server` with the given `user:` stanza.
-fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &str) -> Result<(), String> {
+pub(crate) fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &str) -> Result<(), String> {
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: lampyr-testenv\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\ncontexts:\n- name: lampyr-testenv\n  context:\n    cluster: lampyr-testenv\n    user: user\ncurrent-context: lampyr-testenv\nusers:\n- name: user\n  user:\n{user}",
         ca = ca.display(),
@@ -279,11 +356,11 @@ fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &str) -> Result<
     std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
-/// Starts everything in order; on error, what started is killed as the partial `Cluster` drops.
-async fn boot() -> Result<Cluster, String> {
+/// Starts everything in order (Knative only when `knative`); on error, what started is
+/// killed as the partial `Cluster` drops.
+async fn boot(placement: Placement, knative: bool) -> Result<Cluster, String> {
     let began = Instant::now();
     let binaries = Binaries::locate()?;
-    let modules = KnativeModules::locate(&crate::guests::repo_root().join("knative")).map_err(|e| e.to_string())?;
     remove_stale_data_dirs();
     let dir = tempfile::Builder::new()
         .prefix(DATA_DIR_PREFIX)
@@ -292,7 +369,10 @@ async fn boot() -> Result<Cluster, String> {
         .keep();
     std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string())
         .map_err(|e| format!("writing {}: {e}", dir.join(OWNER_FILE).display()))?;
+    let pki = pki::write(&dir.join("pki"), &api_server_names(&placement))?;
     let mut cluster = Cluster {
+        placement,
+        pki,
         kubeconfig: dir.join("kubeconfig"),
         kubectl: binaries.path("kubectl"),
         dir,
@@ -304,23 +384,28 @@ async fn boot() -> Result<Cluster, String> {
     };
     let deadline = Instant::now() + START_TIMEOUT;
     let admin = start_control_plane(&cluster, &binaries, deadline).await?;
-    let webhook_port = install_knative(&cluster, &admin, &modules).await?;
-    start_knative(&cluster, &binaries, webhook_port).await?;
-    wait_for_webhook(&cluster, &admin, deadline).await?;
-    wait_for_controller(&cluster, &admin, deadline).await?;
+    if knative {
+        let modules = KnativeModules::locate(&crate::guests::repo_root().join("knative")).map_err(|e| e.to_string())?;
+        let webhook_port = install_knative(&cluster, &admin, &modules).await?;
+        start_knative(&cluster, &binaries, webhook_port).await?;
+        wait_for_webhook(&cluster, &admin, deadline).await?;
+        wait_for_controller(&cluster, &admin, deadline).await?;
+    }
     cluster.start_time = began.elapsed();
     Ok(cluster)
 }
 
 impl Cluster {
-    fn spawn(&self, name: &'static str, command: Command) -> Result<(), String> {
-        let process = Process::spawn(name, command, &self.dir.join(format!("{name}.log")))?;
+    /// Starts `command` as component `name` (in the placement's network namespace), logging
+    /// to `<data dir>/<name>.log`; it is killed with the environment.
+    pub fn spawn(&self, name: &'static str, command: Command) -> Result<(), String> {
+        let process = Process::spawn(name, self.placement.command(command), &self.dir.join(format!("{name}.log")))?;
         self.processes.lock().unwrap_or_else(|p| p.into_inner()).push(process);
         Ok(())
     }
 
     /// Sleeps a poll interval, failing when a component died or time ran out.
-    async fn poll(&self, deadline: Instant, waiting_for: &str) -> Result<(), String> {
+    pub(crate) async fn poll(&self, deadline: Instant, waiting_for: &str) -> Result<(), String> {
         self.check_running()?;
         if Instant::now() > deadline {
             return Err(format!("timed out after {START_TIMEOUT:?} waiting for {waiting_for}"));
@@ -333,8 +418,10 @@ impl Cluster {
 /// etcd, kube-apiserver (until `/readyz`), kube-controller-manager; returns an admin client.
 async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Instant) -> Result<Client, String> {
     let dir = &cluster.dir;
-    let pki = pki::write(&dir.join("pki"))?;
-    let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+    let placement = &cluster.placement;
+    let address = placement.address;
+    let pki = &cluster.pki;
+    let (etcd_port, peer_port, api_port) = (placement.port(2379)?, placement.port(2380)?, placement.port(6443)?);
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
     let peer_url = format!("http://127.0.0.1:{peer_port}");
     let mut etcd = Command::new(bins.path("etcd"));
@@ -351,14 +438,13 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
     let mut apiserver = Command::new(bins.path("kube-apiserver"));
     apiserver
         .arg(format!("--etcd-servers={etcd_url}"))
-        .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+        .arg(format!("--bind-address={address}"))
+        .arg(format!("--advertise-address={address}"))
         .arg(format!("--secure-port={api_port}"))
-        // The default endpoint reconciler refuses a loopback advertise address.
-        .arg("--endpoint-reconciler-type=none")
         .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
         .arg(format!("--tls-private-key-file={}", pki.server_key.display()))
         .arg(format!("--client-ca-file={}", pki.ca_cert.display()))
-        .args(["--authorization-mode=RBAC", "--service-cluster-ip-range=10.0.0.0/24"])
+        .arg(format!("--service-cluster-ip-range={}", placement.service_cidr))
         .arg("--service-account-issuer=https://kubernetes.default.svc")
         .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
         .arg(format!("--service-account-signing-key-file={}", pki.sa_key.display()))
@@ -366,6 +452,17 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
         // As kubeadm and kind configure it: grant Pods may need a privileged container for /dev/kvm.
         .arg("--allow-privileged=true")
         .arg("--profiling=false");
+    if placement.node {
+        // As kubeadm: kubelets are authorized as nodes, and reached (logs, exec) with the admin's certificate.
+        apiserver
+            .args(["--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction"])
+            .arg(format!("--kubelet-client-certificate={}", pki.admin_cert.display()))
+            .arg(format!("--kubelet-client-key={}", pki.admin_key.display()))
+            .arg("--kubelet-preferred-address-types=InternalIP");
+    } else {
+        // The default endpoint reconciler refuses a loopback advertise address.
+        apiserver.args(["--authorization-mode=RBAC", "--endpoint-reconciler-type=none"]);
+    }
     cluster.spawn("kube-apiserver", apiserver)?;
 
     let admin_user = format!(
@@ -373,7 +470,7 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
         pki.admin_cert.display(),
         pki.admin_key.display()
     );
-    write_kubeconfig(&cluster.kubeconfig, &format!("https://127.0.0.1:{api_port}"), &pki.ca_cert, &admin_user)?;
+    write_kubeconfig(&cluster.kubeconfig, &format!("https://{}", SocketAddr::new(address, api_port)), &pki.ca_cert, &admin_user)?;
     let admin = client_for(&cluster.kubeconfig).await?;
     loop {
         let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
@@ -383,16 +480,43 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
         cluster.poll(deadline, "kube-apiserver's /readyz").await?;
     }
 
+    let mut controllers = vec![
+        "garbage-collector-controller",
+        "namespace-controller",
+        "clusterrole-aggregation-controller",
+        "deployment-controller",
+        "replicaset-controller",
+    ];
     let mut manager = Command::new(bins.path("kube-controller-manager"));
     manager
         .arg(format!("--kubeconfig={}", cluster.kubeconfig.display()))
-        .args(["--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false"])
-        .arg(
-            "--controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller,\
-             deployment-controller,replicaset-controller",
-        );
+        .args(["--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false"]);
+    if placement.node {
+        // What Pods on a node need: a `default` service account in every namespace, the
+        // `kube-root-ca.crt` ConfigMap their token volumes project, and the Endpoint(Slice)s
+        // kube-proxy and the API server route Services with.
+        controllers.extend([
+            "serviceaccount-controller",
+            "root-ca-certificate-publisher-controller",
+            "endpoints-controller",
+            "endpointslice-controller",
+        ]);
+        manager.arg(format!("--root-ca-file={}", pki.ca_cert.display()));
+    }
+    manager.arg(format!("--controllers={}", controllers.join(",")));
     cluster.spawn("kube-controller-manager", manager)?;
     Ok(admin)
+}
+
+/// The names the API server's certificate carries beyond loopback: its address, and for
+/// Pods, its Service's ClusterIP and DNS names.
+fn api_server_names(placement: &Placement) -> Vec<String> {
+    let mut names = vec![placement.address.to_string(), placement.api_service_ip.to_string()];
+    names.extend(
+        ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
+            .map(String::from),
+    );
+    names
 }
 
 /// Applies the CRDs, then the system manifests with the webhook routed to a

@@ -10,21 +10,31 @@ use crate::guests::repo_root;
 
 pub use lampyr_manifests::KnativeModules;
 
-/// Environment variable naming a directory that already holds the six binaries.
+/// Environment variable naming a directory that already holds the binaries.
 pub const BINS_ENV: &str = "LAMPYR_CLUSTER_BINS";
 
-/// The six binaries and their upstream versions.
+/// The binaries and their upstream versions.
 pub struct Binaries {
-    /// Directory holding `etcd`, `kube-apiserver`, `kube-controller-manager`,
-    /// `kubectl`, `knative-webhook` and `lampyr-knative-controller`.
+    /// Directory holding every binary of [`BINARIES`].
     pub dir: PathBuf,
     /// `name -> version` from the directory's `VERSIONS` file.
     pub versions: BTreeMap<String, String>,
 }
 
 /// What `scripts/cluster-bins` builds.
-const BINARIES: [&str; 6] =
-    ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "knative-webhook", "lampyr-knative-controller"];
+pub const BINARIES: [&str; 11] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubectl",
+    "knative-webhook",
+    "lampyr-knative-controller",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
+    "pause",
+];
 
 impl Binaries {
     /// The binaries named by `$LAMPYR_CLUSTER_BINS`, or else those `scripts/cluster-bins`
@@ -51,6 +61,12 @@ impl Binaries {
             }
         }
         Ok(binaries)
+    }
+
+    /// The upstream version of binary `name` (its cache version without the fingerprint).
+    pub fn upstream_version(&self, name: &str) -> Option<&str> {
+        let version = self.versions.get(name)?;
+        Some(version.rsplit_once('-').map_or(version.as_str(), |(upstream, _)| upstream))
     }
 
     /// The path of binary `name`.

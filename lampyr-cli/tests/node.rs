@@ -1,0 +1,235 @@
+//! Lampyr on a real Kubernetes node, as an operator installs it
+//! (`lampyr_testenv::Node`: containerd, runc, the CNI bridge, kubelet, kube-proxy,
+//! kube-scheduler and CoreDNS in a network namespace of the test's own).
+//!
+//! The runtime images are built from this checkout (`scripts/runtime-images`) and
+//! imported into the node's containerd; `ly cluster install` installs Lampyr and
+//! upstream Knative from a scaffolded Workspace and a `platform.yaml` naming them;
+//! every Pod is a real container the kubelet runs from those images; every request
+//! comes from the host through fiber-router's NodePort on the node's address, and
+//! crosses kube-proxy, a Pod IP and cluster DNS.
+//!
+//! One test: the steps share the node and each depends on the last.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lampyr_testenv::node::NodeIngress;
+use lampyr_testenv::runtime_images::RuntimeImages;
+use lampyr_testenv::{Node, Serving, repo_root};
+use serde_json::{Value, json};
+use support::{Ly, health_table, path, stderr, text};
+
+/// fiber-router's NodePort (the reference's default `ingress.httpNodePort`).
+const NODE_PORT: u16 = 30080;
+/// The domain the installation serves Services under.
+const DOMAIN: &str = "apps.example.org";
+
+/// Every Pod of `namespace` (all namespaces when empty) as JSON objects.
+fn pods(ly: &Ly, namespace: &str) -> Vec<Value> {
+    let mut args = vec!["get", "pods", "-o", "json"];
+    match namespace {
+        "" => args.push("--all-namespaces"),
+        ns => args.extend(["-n", ns]),
+    }
+    let out = ly.kubectl(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Asserts that every container of every Pod in `namespaces` runs in the node's containerd
+/// from an image this checkout built (its image ID is the built digest).
+fn assert_real_containers(ly: &Ly, images: &RuntimeImages, namespaces: &[&str]) {
+    let built: BTreeMap<String, String> = images.images.iter().map(|i| (i.repository(), i.digest.clone())).collect();
+    for namespace in namespaces {
+        for pod in pods(ly, namespace) {
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let statuses = pod["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
+            assert!(!statuses.is_empty(), "Pod {namespace}/{name} has no running container:\n{pod:#}");
+            for status in statuses {
+                let id = status["containerID"].as_str().unwrap_or_default();
+                assert!(id.starts_with("containerd://"), "{namespace}/{name}: not a containerd container: {status:#}");
+                let image = status["image"].as_str().unwrap_or_default();
+                let repository = image.split(['@']).next().unwrap_or_default();
+                let repository = repository.rsplit_once(':').filter(|(_, tag)| !tag.contains('/')).map_or(repository, |(r, _)| r);
+                let digest = built.get(repository).unwrap_or_else(|| panic!("{namespace}/{name} runs {image}, not a built image"));
+                let image_id = status["imageID"].as_str().unwrap_or_default();
+                assert!(image_id.ends_with(digest.as_str()), "{namespace}/{name}: image ID {image_id} is not the built {digest}");
+            }
+        }
+    }
+}
+
+/// `ly cluster health` until every check but cert-manager's passes (cert-manager and its
+/// csi-driver cannot be installed offline); returns the table.
+async fn healthy_but_cert_manager(serving: &NodeIngress<'_>, ly: &Ly) -> BTreeMap<String, bool> {
+    let mut last = String::new();
+    let table = serving
+        .poll("ly cluster health passing all but cert-manager", Duration::from_secs(2), async || {
+            let health = ly.cluster(&["health"]);
+            last = text(&health);
+            let table = health_table(&health);
+            (!table.is_empty() && table.iter().all(|(check, passed)| *passed || check == "cert-manager")).then_some(table)
+        })
+        .await;
+    assert_eq!(table.get("cert-manager"), Some(&false), "cert-manager is honestly absent:\n{last}");
+    table
+}
+
+/// GETs `host/` through the NodePort `count` times; returns how often each body came back.
+async fn answers(serving: &NodeIngress<'_>, host: &str, count: usize) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for _ in 0..count {
+        let (status, body) = serving.get(host, "/").await.unwrap_or_else(|e| panic!("{e}\n{}", serving.lampyr_logs()));
+        assert_eq!(status, 200, "{host}: {body}\n{}", serving.lampyr_logs());
+        *seen.entry(body).or_insert(0) += 1;
+    }
+    seen
+}
+
+/// The fiberd container of the grant Pod serving `revision` in `namespace`: (Pod, container ID, restarts).
+fn grant_fiberd(ly: &Ly, namespace: &str, revision: &str) -> (String, String, i64) {
+    let out = ly.kubectl(&["get", "homes.fiber.lampyr.dev", revision, "-n", namespace, "-o", "jsonpath={.spec.grantName}"]);
+    let grant = text(&out);
+    assert!(!grant.is_empty(), "Home {revision} names no grant: {}", stderr(&out));
+    let pod = pods(ly, namespace)
+        .into_iter()
+        .find(|p| p["metadata"]["labels"][lampyr_api::keys::GRANT_LABEL] == grant.as_str())
+        .unwrap_or_else(|| panic!("no grant Pod of {grant}"));
+    let status = pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|s| s.iter().find(|c| c["name"] == "fiberd").cloned())
+        .unwrap_or_else(|| panic!("grant Pod of {grant} has no fiberd status:\n{pod:#}"));
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    (name, status["containerID"].as_str().unwrap_or_default().to_string(), status["restartCount"].as_i64().unwrap_or(0))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() {
+    let node = Node::shared();
+    let serving = NodeIngress { node, port: NODE_PORT };
+
+    // 1. The runtime images, built from this checkout, loaded into the node.
+    let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
+    for image in &images.images {
+        node.import(&image.archive).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    // 2. A Workspace and a platform.yaml naming those images (grant and helper pinned by
+    //    digest), templates in the node's registry; `ly cluster install`.
+    let ly = Ly::new(node.cluster());
+    let registry = node.registry().host();
+    let templates = format!("[http://{registry}/lampyr/fiberd-templates]");
+    let settings = ly.settings(
+        "platform.yaml",
+        &[
+            ("grantImage", &images.pinned("fiberd")),
+            ("helperImage", &images.pinned("fiberd-helper")),
+            ("routerImage", &images.tagged("fiber-router")),
+            ("zygoteRegistries", &templates),
+            ("domain", DOMAIN),
+        ],
+    );
+    let install = ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]);
+    assert!(install.status.success(), "install failed:\n{}", stderr(&install));
+
+    // 3. Health: everything passes but cert-manager, from components that really run.
+    let table = healthy_but_cert_manager(&serving, &ly).await;
+    assert!(table.len() >= 9, "every check ran: {table:?}");
+    assert_real_containers(&ly, &images, &["lampyr-system", "knative-serving"]);
+
+    // Scale to zero after 6 s without traffic, through Knative's own configuration.
+    let patch = json!({ "data": { "scale-to-zero-grace-period": "6s" } }).to_string();
+    let out = ly.kubectl(&["patch", "configmap/config-autoscaler", "-n", "knative-serving", "--type=merge", "-p", &patch]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // 4. Deploy hello; the host reaches it through the NodePort with its Host.
+    let hello = repo_root().join("examples/hello");
+    let deployed = ly.deploy(&[path(&hello), "--timeout", "300"]);
+    assert!(deployed.status.success(), "deploy failed:\n{}\n{}", stderr(&deployed), serving.lampyr_logs());
+    let host = format!("hello.default.{DOMAIN}");
+    assert_eq!(text(&deployed).trim(), format!("default/hello: http://{host} (revision hello-00001)"));
+    assert_eq!(serving.answer(&host, "/").await, "Hello Lampyr!\n");
+    assert_real_containers(&ly, &images, &["default"]);
+
+    // 5. A second Revision, a 50/50 split and a tag host, all through the NodePort.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let service = std::fs::read_to_string(hello.join("service.yaml")).expect("read service.yaml");
+    assert!(service.contains("value: Lampyr"), "examples/hello/service.yaml sets TARGET=Lampyr");
+    let live = ly.kubectl(&["get", "services.serving.knative.dev/hello", "-n", "default", "-o", "jsonpath={.spec.template.metadata.annotations.lampyr\\.dev/snapshot-artifact}"]);
+    let artifact = text(&live);
+    assert!(artifact.starts_with(&format!("{registry}/lampyr/snapshots@sha256:")), "the first deploy pinned the artifact: {artifact}");
+    let second = dir.path().join("service.yaml");
+    let pinned = service.replace("value: Lampyr", "value: Node").replace(
+        "        autoscaling.knative.dev/min-scale: \"0\"\n",
+        &format!("        autoscaling.knative.dev/min-scale: \"0\"\n        lampyr.dev/snapshot-artifact: {artifact}\n"),
+    );
+    std::fs::write(&second, pinned).expect("write");
+    let redeployed = ly.deploy(&[path(&second), "--timeout", "300"]);
+    assert!(redeployed.status.success(), "second deploy failed:\n{}", stderr(&redeployed));
+    let traffic = json!({ "spec": { "traffic": [
+        { "revisionName": "hello-00001", "percent": 50, "tag": "current" },
+        { "revisionName": "hello-00002", "percent": 50, "tag": "candidate" },
+    ] } });
+    let out = ly.kubectl(&["patch", "services.serving.knative.dev/hello", "-n", "default", "--type=merge", "-p", &traffic.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Node!\n");
+    assert_eq!(serving.answer(&format!("current-hello.default.{DOMAIN}"), "/").await, "Hello Lampyr!\n");
+    let split = answers(&serving, &host, 60).await;
+    assert_eq!(split.keys().collect::<Vec<_>>(), ["Hello Lampyr!\n", "Hello Node!\n"], "both Revisions answer the split: {split:?}");
+    for (body, count) in &split {
+        assert!((12..=48).contains(count), "{body:?} answered {count} of 60 requests of a 50/50 split: {split:?}");
+    }
+
+    // 6. Scale to zero, then a cold request is answered.
+    let revisions = ["hello-00001", "hello-00002"];
+    serving
+        .poll("both Revisions scaled to zero (Active=False)", Duration::from_secs(1), async || {
+            revisions
+                .iter()
+                .all(|r| {
+                    let out = ly.kubectl(&["get", "revisions.serving.knative.dev", r, "-n", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Active\")].status}"]);
+                    text(&out) == "False"
+                })
+                .then_some(())
+        })
+        .await;
+    assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Node!\n");
+
+    // 7. Kill the fiberd container of a grant Pod: the kubelet restarts it; requests recover
+    //    and the Service's status converges.
+    let (pod, container, restarts) = grant_fiberd(&ly, "default", "hello-00002");
+    node.kill_container(&container).unwrap_or_else(|e| panic!("{e}"));
+    serving
+        .poll(&format!("the kubelet restarting fiberd in {pod}"), Duration::from_secs(1), async || {
+            let (_, now, count) = grant_fiberd(&ly, "default", "hello-00002");
+            (count > restarts && now != container).then_some(())
+        })
+        .await;
+    assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Node!\n");
+    let services = kube::Api::<lampyr_api::Service>::namespaced(node.cluster().client().await, "default");
+    serving.ready_host(&services, "hello").await;
+
+    // 8. Uninstall leaves no Lampyr object, Pod or image-pull Secret behind.
+    let uninstalled = ly.cluster(&["uninstall", "--non-interactive"]);
+    assert!(uninstalled.status.success(), "uninstall failed:\n{}", stderr(&uninstalled));
+    serving
+        .poll("every Pod but CoreDNS gone", Duration::from_secs(1), async || {
+            let left: Vec<String> = pods(&ly, "")
+                .iter()
+                .filter(|p| p["metadata"]["namespace"] != "kube-system")
+                .map(|p| format!("{}/{}", p["metadata"]["namespace"], p["metadata"]["name"]))
+                .collect();
+            left.is_empty().then_some(())
+        })
+        .await;
+    let labelled = ly.kubectl(&["get", "all,configmaps,secrets,serviceaccounts,roles,rolebindings", "--all-namespaces", "-l", "app.kubernetes.io/part-of=lampyr", "-o", "name"]);
+    assert_eq!(text(&labelled), "", "objects labelled part-of=lampyr remain");
+    let cluster_scoped = ly.kubectl(&["get", "clusterroles,clusterrolebindings,crds,grantpolicies.fiber.lampyr.dev,namespaces", "-l", "app.kubernetes.io/part-of=lampyr", "-o", "name", "--ignore-not-found"]);
+    assert_eq!(text(&cluster_scoped), "", "cluster objects of Lampyr remain");
+    let pull_secrets = ly.kubectl(&["get", "secrets", "--all-namespaces", "--field-selector", "type=kubernetes.io/dockerconfigjson", "-o", "name"]);
+    assert_eq!(text(&pull_secrets), "", "image-pull Secrets remain");
+}

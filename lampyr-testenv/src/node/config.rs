@@ -1,0 +1,181 @@
+//! The node's configuration files: containerd's, the CNI network's, the
+//! kubelet's and kube-proxy's, each a function of the node's paths and addresses.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+/// The Pods' network: one node's share of 198.18.128.0/17.
+pub const POD_SUBNET: &str = "198.18.128.0/24";
+/// Its gateway, the node's bridge.
+pub const POD_GATEWAY: &str = "198.18.128.1";
+/// Every Pod address the cluster may hand out (kube-proxy's `clusterCIDR`).
+pub const CLUSTER_CIDR: &str = "198.18.128.0/17";
+/// The Services' range.
+pub const SERVICE_CIDR: &str = "198.19.0.0/16";
+/// The `kubernetes` Service's ClusterIP (the range's first address).
+pub const API_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+/// Cluster DNS (the `kube-dns` Service's ClusterIP).
+pub const DNS_SERVICE_IP: &str = "198.19.0.10";
+/// Directory of the CNI plugins (Debian's `containernetworking-plugins`).
+pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
+
+/// Paths of the node's runtime, all under its data directory.
+pub struct Paths<'a> {
+    /// containerd's root (images, snapshots).
+    pub containerd_root: &'a Path,
+    /// containerd's state (tasks, sockets, Pod network namespaces).
+    pub containerd_state: &'a Path,
+    /// containerd's API socket.
+    pub containerd_socket: &'a Path,
+    /// The CNI configuration directory.
+    pub cni_conf_dir: &'a Path,
+    /// host-local IPAM's allocations.
+    pub ipam_dir: &'a Path,
+}
+
+/// containerd 1.6's configuration: CRI with runc (cgroupfs), the node's CNI network,
+/// the locally built pause image, and `restrict_oom_score_adj` (this machine refuses
+/// lowering a process's `oom_score_adj`, which the pause sandbox would otherwise do).
+pub fn containerd(paths: &Paths<'_>, sandbox_image: &str) -> String {
+    let socket = paths.containerd_socket.display();
+    format!(
+        r#"version = 2
+root = "{root}"
+state = "{state}"
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{root}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox_image}"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{bin}"
+    conf_dir = "{conf}"
+"#,
+        root = paths.containerd_root.display(),
+        state = paths.containerd_state.display(),
+        bin = CNI_BIN_DIR,
+        conf = paths.cni_conf_dir.display(),
+    )
+}
+
+/// The Pods' network: a bridge with the node as gateway, host-local addresses from
+/// [`POD_SUBNET`], hairpin on (a Pod reaching itself through a Service), no masquerade
+/// (nothing leaves the node), and portmap for hostPorts.
+pub fn cni_network(paths: &Paths<'_>) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "lampyr-node",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": true,
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": POD_SUBNET, "gateway": POD_GATEWAY }]],
+                    "routes": [{ "dst": "0.0.0.0/0" }],
+                    "dataDir": paths.ipam_dir,
+                },
+            },
+            { "type": "portmap", "capabilities": { "portMappings": true } },
+        ],
+    })
+    .to_string()
+}
+
+/// What the kubelet's configuration depends on.
+pub struct Kubelet<'a> {
+    /// The node's address.
+    pub address: Ipv4Addr,
+    /// The CA that signs the API server's clients (the kubelet trusts it for its own API).
+    pub client_ca: &'a Path,
+    /// The cgroup every Pod goes under.
+    pub cgroup_root: &'a str,
+    /// containerd's socket.
+    pub runtime_socket: &'a Path,
+    /// Where container logs go.
+    pub pod_logs_dir: &'a Path,
+}
+
+/// The kubelet's configuration: cgroup v1 with the cgroupfs driver (this machine's
+/// hierarchy is v1, which kubelet ≥ 1.35 refuses without `failCgroupV1: false`), cluster
+/// DNS, client-certificate authentication, no host resolver (nothing leaves the node),
+/// and eviction thresholds that only a disk about to fill trips (a shared test disk is
+/// often fuller than the 10-15 % a kubelet keeps free by default; evicting the imported
+/// images would leave Pods nothing to run).
+pub fn kubelet(k: &Kubelet<'_>) -> String {
+    serde_json::json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": k.address.to_string(),
+        "port": 10250,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "authentication": {
+            "anonymous": { "enabled": false },
+            "webhook": { "enabled": false },
+            "x509": { "clientCAFile": k.client_ca },
+        },
+        "authorization": { "mode": "AlwaysAllow" },
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": k.cgroup_root,
+        "failCgroupV1": false,
+        "failSwapOn": false,
+        "containerRuntimeEndpoint": format!("unix://{}", k.runtime_socket.display()),
+        "clusterDNS": [DNS_SERVICE_IP],
+        "clusterDomain": "cluster.local",
+        "resolvConf": "",
+        "podLogsDir": k.pod_logs_dir,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "256Mi",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "256Mi",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": false,
+        "rotateCertificates": false,
+        "syncFrequency": "10s",
+    })
+    .to_string()
+}
+
+/// kube-proxy's configuration: iptables mode, NodePorts on the node's address only,
+/// conntrack left as the machine has it.
+pub fn kube_proxy(kubeconfig: &Path, node_name: &str, address: Ipv4Addr) -> String {
+    serde_json::json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": { "kubeconfig": kubeconfig },
+        "hostnameOverride": node_name,
+        "mode": "iptables",
+        "clusterCIDR": CLUSTER_CIDR,
+        "nodePortAddresses": [format!("{address}/32")],
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "oomScoreAdj": 0,
+        "conntrack": { "maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s" },
+    })
+    .to_string()
+}
