@@ -11,6 +11,7 @@
 pub mod artifacts;
 pub mod bins;
 pub mod cluster;
+pub mod containerd;
 pub mod guests;
 pub mod installed;
 pub mod knative_services;

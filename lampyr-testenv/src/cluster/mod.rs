@@ -329,16 +329,39 @@ const OWNER_FILE: &str = "owner.pid";
 /// Removes the data directories of environments whose test process is gone
 /// (killed before it could clean up; its components died with it).
 pub fn remove_stale_data_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for path in stale_data_dirs(DATA_DIR_PREFIX) {
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
+
+/// Data directories `<temp dir>/<prefix>…` (made by [`owned_data_dir`]) whose
+/// owning test process is gone.
+pub(crate) fn stale_data_dirs(prefix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return Vec::new() };
+    let mut stale = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
-        let ours = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(DATA_DIR_PREFIX));
+        let ours = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix));
         let owner = std::fs::read_to_string(path.join(OWNER_FILE)).ok();
         let alive = owner.is_some_and(|pid| Path::new("/proc").join(pid.trim()).exists());
         if ours && !alive && path.join(OWNER_FILE).exists() {
-            let _ = std::fs::remove_dir_all(&path);
+            stale.push(path);
         }
     }
+    stale
+}
+
+/// A new data directory `<temp dir>/<prefix>…` recording this process as its
+/// owner, so a later run can tell it is stale once this process is gone.
+pub(crate) fn owned_data_dir(prefix: &str) -> Result<PathBuf, String> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| format!("creating the data directory: {e}"))?
+        .keep();
+    std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string())
+        .map_err(|e| format!("writing {}: {e}", dir.join(OWNER_FILE).display()))?;
+    Ok(dir)
 }
 
 /// A loopback port that was free a moment ago.
@@ -362,13 +385,7 @@ async fn boot(placement: Placement, knative: bool) -> Result<Cluster, String> {
     let began = Instant::now();
     let binaries = Binaries::locate()?;
     remove_stale_data_dirs();
-    let dir = tempfile::Builder::new()
-        .prefix(DATA_DIR_PREFIX)
-        .tempdir()
-        .map_err(|e| format!("creating the data directory: {e}"))?
-        .keep();
-    std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string())
-        .map_err(|e| format!("writing {}: {e}", dir.join(OWNER_FILE).display()))?;
+    let dir = owned_data_dir(DATA_DIR_PREFIX)?;
     let pki = pki::write(&dir.join("pki"), &api_server_names(&placement))?;
     let mut cluster = Cluster {
         placement,
