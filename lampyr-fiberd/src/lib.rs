@@ -18,11 +18,15 @@
 //! A new generation is loaded beside the old one, which serves until the new
 //! one replaces it; a deleted Home's pool is dropped; at shutdown the entries
 //! are removed before requests in flight drain.
+//!
+//! [`preflight`] is the grant Pod's init step, `fiberd-helper`: it checks the
+//! node can run fibers (KVM) and the Pod's volumes are usable before fiberd starts.
 
 mod config;
 mod daemon;
 mod error;
 mod load;
+pub mod preflight;
 mod status;
 
 use std::future::Future;

@@ -84,8 +84,7 @@ impl Loader {
                 Err(source) => return Err(FleetKeyError::Io { path: path.clone(), source }),
             },
         };
-        let Ok(text) = String::from_utf8(text) else { return Err(FleetKeyError::NotText { from }) };
-        FleetKey::parse(&text).map_err(|source| FleetKeyError::Invalid { from, source })
+        parse_fleet_key(text, from)
     }
 
     /// The bytes of the fleet key's Secret key.
@@ -101,6 +100,12 @@ impl Loader {
         };
         Ok(bytes.0)
     }
+}
+
+/// The fleet key in `bytes`, read from `from`.
+pub(crate) fn parse_fleet_key(bytes: Vec<u8>, from: FleetKeySource) -> Result<FleetKey, FleetKeyError> {
+    let Ok(text) = String::from_utf8(bytes) else { return Err(FleetKeyError::NotText { from }) };
+    FleetKey::parse(&text).map_err(|source| FleetKeyError::Invalid { from, source })
 }
 
 /// The repository and digest of a Home's reference, which must name a registry

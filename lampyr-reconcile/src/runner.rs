@@ -126,17 +126,16 @@ where
         working.await;
         return Ok(());
     }
-    let leader = health.check("leader");
-    leader.set_not_ready("waiting for the lease");
+    // A standby replica is ready too (as lampyr-controller's): readiness gated on the lease
+    // would keep a Deployment's new Pod unready while the old one holds the lease, and a
+    // rolling update would never finish.
     let elector = LeaderElector::new(client, args.lease_config(component))?;
     let mut leading = elector.subscribe();
+    let component_name = component.to_string();
     tokio::spawn(async move {
         while leading.changed().await.is_ok() {
-            if *leading.borrow() {
-                leader.set_ready();
-            } else {
-                leader.set_not_ready("not the leader");
-            }
+            let leader = *leading.borrow();
+            tracing::info!(component = %component_name, leader, "leadership changed");
         }
     });
     elector.run(working).await?;

@@ -1,14 +1,21 @@
 //! Lampyr as `ly cluster install` leaves it, running: [`Cluster`], a real OCI
 //! registry, and the environment's stand-in kubelet ([`PodRunner`]) running the
-//! Pods of the installed Deployments (lampyr-controller, fiber-router,
-//! fiberd-k8s-controller) and the grant Pods as local processes. Each runs with
-//! its container's arguments and environment from the installed manifests, as
-//! its Pod's service account, with its Secret volumes mounted: the manifests'
-//! flags and RBAC are what the components get.
+//! Pods of the installed Deployments (Lampyr's Knative controller,
+//! lampyr-controller, fiber-router, fiberd-k8s-controller) and the grant Pods
+//! (`fiberd-helper`, then fiberd) as local processes. Each runs with its
+//! container's arguments and environment from the installed manifests, as its
+//! Pod's service account, with its volumes mounted: the manifests' flags and
+//! RBAC are what the components get, and a Pod is Ready only once its
+//! manifest's readiness probe answered.
 //!
 //! Nothing runs until something installs the Deployments. The Knative
-//! controller's Pod is only reported Ready: [`Cluster`] already runs that
-//! controller (it starts before any install, for every test of the binary).
+//! controller's Pod runs `lampyr-knative-controller` from the cluster binaries
+//! (`$LAMPYR_CLUSTER_BINS`) beside the one [`Cluster`] started for every test of
+//! the binary; the two share the work through Knative's leader election. Upstream's
+//! probes bind the fixed port 8080, which environments sharing this host cannot
+//! all have, so it runs with `--health-probes=false` and its Pod is Ready once
+//! its Prometheus endpoint (`METRICS_PROMETHEUS_PORT`, moved to the Pod's port)
+//! answers `/metrics`, which it serves once it has read its configuration.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +26,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::bins::workspace_binary;
-use crate::cluster::{Cluster, PodProgram, PodRunner, PodSandbox};
+use crate::cluster::upstream::Binaries;
+use crate::cluster::{Cluster, PodProgram, PodRunner, PodSandbox, free_port};
 use crate::registry::TestRegistry;
 
 /// The running environment. See the module documentation.
@@ -45,12 +53,7 @@ impl InstalledLampyr {
                 component("lampyr-controller", workspace_binary("lampyr-reconcile", "lampyr-controller"), "--metrics-addr"),
                 component("fiberd-k8s-controller", workspace_binary("lampyr-reconcile", "fiberd-k8s-controller"), "--metrics-addr"),
                 component("fiber-router", workspace_binary("lampyr-router", "fiber-router"), "--listen"),
-                PodProgram {
-                    selector: "app.kubernetes.io/name=lampyr-knative-controller".into(),
-                    name: "lampyr-knative-controller",
-                    as_service_account: false,
-                    command: None,
-                },
+                knative_controller(),
             ];
             InstalledLampyr { cluster, registry, pods: PodRunner::start(cluster, programs) }
         })
@@ -80,7 +83,46 @@ fn component(name: &'static str, binary: PathBuf, address_flag: &'static str) ->
             .arg(format!("--kubeconfig={}", sandbox.kubeconfig.display()));
         Ok(command)
     };
-    PodProgram { selector: format!("app.kubernetes.io/name={name}"), name, as_service_account: true, command: Some(Box::new(command)) }
+    PodProgram {
+        selector: format!("app.kubernetes.io/name={name}"),
+        name,
+        as_service_account: true,
+        init: Vec::new(),
+        command: Box::new(command),
+        probe_path: None,
+    }
+}
+
+/// The Pod of Lampyr's Knative controller runs `lampyr-knative-controller` from the
+/// cluster binaries as its service account (`knative-serving/controller`), with its
+/// environment; Prometheus on the Pod's port, profiling on a free one, no upstream
+/// probes (they bind the fixed :8080): its `/metrics` is the readiness probe.
+fn knative_controller() -> PodProgram {
+    let binary = Binaries::locate().unwrap_or_else(|e| panic!("the cluster binaries: {e}")).path("lampyr-knative-controller");
+    let command = move |pod: &Pod, sandbox: &PodSandbox| {
+        let container = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .ok_or_else(|| format!("Pod {} has no container", pod.name_any()))?;
+        let mut command = Command::new(&binary);
+        command
+            .args(container.args.iter().flatten().map(|a| sandbox.localize(a)))
+            .arg(format!("--kubeconfig={}", sandbox.kubeconfig.display()))
+            .arg("--health-probes=false")
+            .env("METRICS_PROMETHEUS_HOST", "127.0.0.1")
+            .env("METRICS_PROMETHEUS_PORT", sandbox.port.to_string())
+            .env("PROFILING_PORT", free_port()?.to_string());
+        Ok(command)
+    };
+    PodProgram {
+        selector: "app.kubernetes.io/name=lampyr-knative-controller".into(),
+        name: "lampyr-knative-controller",
+        as_service_account: true,
+        init: Vec::new(),
+        command: Box::new(command),
+        probe_path: Some("/metrics".into()),
+    }
 }
 
 impl crate::Serving for InstalledLampyr {

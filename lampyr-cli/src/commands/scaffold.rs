@@ -166,10 +166,13 @@ pub fn platform_settings() -> String {
          # Kubernetes manifest. Written by `ly scaffold workspace` (Lampyr {version}).\n\
          # Customer-editable.\n\
          \n\
-         # The node daemon grant Pods run. Public on GHCR; an offline cluster can\n\
-         # preload it before installation.\n\
+         # The fiberd image, recorded with the installation. Grant Pods run the\n\
+         # settings grantImage (fiberd) and helperImage (fiberd-helper), which\n\
+         # `ly cluster install` requires pinned by digest, and controllerManifest\n\
+         # (see the `ly cluster` reference).\n\
          fiberdImage: {DEFAULT_FIBERD_IMAGE}\n\
-         # The cluster's request router (k8s/fiber-router.yaml).\n\
+         # The cluster's request router: install sets it in k8s/fiber-router.yaml.\n\
+         # Public on GHCR; an offline cluster can preload it before installation.\n\
          routerImage: {DEFAULT_ROUTER_IMAGE}\n\
          # Knative Services are served at <service>.<namespace>.<domain>.\n\
          domain: {DEFAULT_DOMAIN}\n\
@@ -223,8 +226,17 @@ fn readme(files: &[WorkspaceFile]) -> String {
          \x20 fetched when this ly was built, so `kourier.yaml` is not generated yet. Until it is,\n\
          \x20 install Kourier for Knative {KNATIVE_RELEASE} yourself, or let fiber-router be the ingress:\n\
          \x20 `ingress-class: fiber.ingress.networking.knative.dev` in `config-network`.\n\
-         - The grant controller (`fiberd-k8s-controller`): `ly cluster install` applies it from the\n\
-         \x20 `controllerManifest` platform setting, with cert-manager when the cluster lacks it.\n",
+         - The grant controller (`fiberd-k8s-controller`): `ly cluster install` applies it, as\n\
+         \x20 written, from the `controllerManifest` platform setting.\n\
+         - cert-manager and its csi-driver: `ly cluster install` does not install them. It checks\n\
+         \x20 for them, leaves ones that are there alone, and warns when they are missing;\n\
+         \x20 `ly cluster health` then reports `cert-manager` failed. Nothing in this directory\n\
+         \x20 needs them today.\n\
+         \n\
+         Images: `ly cluster install` sets fiber-router's image from `routerImage` and\n\
+         lampyr-controller's `--grant-image`/`--helper-image` from `grantImage`/`helperImage`.\n\
+         Every other image ships as written here (Lampyr's `:preview` tags and Knative's release\n\
+         images): preload them on the nodes, or edit the files to name others.\n",
         version = env!("CARGO_PKG_VERSION"),
     )
 }

@@ -95,10 +95,12 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
     let settings = PodSettings { template_repositories: template_repositories(&policies), ..context.settings.clone() };
     let desired = if refused.is_some() { Vec::new() } else { desired_pods(&grant, &settings) };
 
-    // Pods no longer wanted, or built from an older spec, go; missing ones are created.
+    // Pods no longer wanted, built from an older spec, or failed (evicted: a full cache
+    // volume, node pressure) go; missing ones are created, as a ReplicaSet would.
     for pod in &existing {
         let wanted = desired.iter().find(|d| d.metadata.name == pod.metadata.name);
-        if wanted.is_none_or(|d| pod_spec_hash(d) != pod_spec_hash(pod)) && pod.metadata.deletion_timestamp.is_none() {
+        let stale = wanted.is_none_or(|d| pod_spec_hash(d) != pod_spec_hash(pod)) || pod_failed(pod);
+        if stale && pod.metadata.deletion_timestamp.is_none() {
             delete_pod(&pods, &pod.name_any()).await?;
         }
     }
@@ -115,9 +117,15 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
     let current: Vec<Pod> = existing
         .into_iter()
         .filter(|p| desired.iter().any(|d| d.metadata.name == p.metadata.name && pod_spec_hash(d) == pod_spec_hash(p)))
+        .filter(|p| !pod_failed(p))
         .collect();
     write_status(&context.client, &grant, &current, refused.as_ref()).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Whether the Pod has failed for good (phase `Failed`: evicted, or its node lost it).
+fn pod_failed(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
 }
 
 async fn create_pod(pods: &Api<Pod>, pod: &Pod) -> Result<(), GrantError> {

@@ -1,6 +1,7 @@
 //! The grant Pods a CapacityGrant asks for: `<grant>-<i>` for each instance,
-//! running fiberd from the grant image beside the helper image, with `/dev/kvm`
-//! and the fleet key.
+//! running fiberd from the grant image after the helper image's `fiberd-helper`
+//! (an init container that checks the node can run fibers), with `/dev/kvm`, the
+//! fleet key and an emptyDir artifact cache.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,16 @@ pub const INSTANCE_LABEL: &str = "fiber.lampyr.dev/instance";
 pub const SPEC_HASH_ANNOTATION: &str = "fiber.lampyr.dev/spec-hash";
 /// Where fiberd finds the fleet key in a grant Pod.
 pub const FLEET_KEY_MOUNT: &str = "/var/run/lampyr/fleet-key";
+/// Where fiberd keeps its artifact cache in a grant Pod (an emptyDir volume).
+pub const CACHE_MOUNT: &str = "/var/cache/lampyr";
+/// The container running fiberd.
+pub const FIBERD_CONTAINER: &str = "fiberd";
+/// The init container running `fiberd-helper` from the helper image.
+pub const HELPER_CONTAINER: &str = "helper";
+/// Where `fiberd-helper` writes why a check failed (Kubernetes' default path, set explicitly).
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+/// The least the artifact cache may hold: guest ELFs and small grants' templates.
+pub const MIN_CACHE_BYTES: i64 = 1 << 30;
 
 /// How grant Pods get `/dev/kvm`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,9 +83,34 @@ fn fiberd_args(grant: &str, namespace: &str, port: u16, settings: &PodSettings) 
         format!("--listen=0.0.0.0:{port}"),
         format!("--advertise=$(POD_IP):{port}"),
         format!("--fleet-key-file={FLEET_KEY_MOUNT}/key"),
+        format!("--cache-dir={CACHE_MOUNT}"),
     ];
     args.extend(settings.template_repositories.iter().map(|r| format!("--template-repository={r}")));
     args
+}
+
+/// `fiberd-helper`'s command line in a grant Pod: the device, how the Pod gets it, and
+/// the volumes fiberd will use.
+fn helper_args(settings: &PodSettings) -> Vec<String> {
+    let mut args = vec!["--kvm-device=/dev/kvm".to_string()];
+    if let KvmAccess::DevicePlugin(resource) = &settings.kvm {
+        args.push(format!("--kvm-device-plugin={resource}"));
+    }
+    args.push(format!("--cache-dir={CACHE_MOUNT}"));
+    args.push(format!("--fleet-key-file={FLEET_KEY_MOUNT}/key"));
+    args.push(format!("--termination-log={TERMINATION_LOG}"));
+    args
+}
+
+/// The artifact cache's `sizeLimit` for a grant reserving `memory_bytes` for fibers.
+///
+/// Every Revision placed on the grant reserves at least one fiber's memory, which is at
+/// least its snapshot's, and every instance loads every Revision: so the grant's memory
+/// bounds the snapshots an instance caches. The cache holds each one twice (the sealed
+/// template as pulled and the artifact opened from it), and at least
+/// [`MIN_CACHE_BYTES`] for guest ELFs and small grants.
+pub fn cache_size_limit(memory_bytes: i64) -> i64 {
+    memory_bytes.saturating_mul(2).max(MIN_CACHE_BYTES)
 }
 
 /// The name of instance `index` of grant `grant`.
@@ -90,25 +126,15 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
         if placement.node_selector.is_empty() { settings.default_node_selector.clone() } else { placement.node_selector };
     let port = settings.fiberd_port;
     let per_instance_memory = grant.spec.memory_bytes / i64::from(grant.spec.instances.max(1));
-    let (kvm_volumes, kvm_mounts, kvm_limits, privileged) = match &settings.kvm {
-        KvmAccess::HostPath => (
-            json!([{ "name": "kvm", "hostPath": { "path": "/dev/kvm", "type": "CharDevice" } }]),
-            json!([{ "name": "kvm", "mountPath": "/dev/kvm" }]),
-            json!({}),
-            true,
-        ),
-        KvmAccess::DevicePlugin(resource) => (json!([]), json!([]), json!({ resource.as_str(): "1" }), false),
-    };
-    let mut limits = kvm_limits;
-    limits["memory"] = json!(per_instance_memory.to_string());
-    let mut volumes = kvm_volumes;
-    if let Some(volumes) = volumes.as_array_mut() {
-        volumes.push(json!({ "name": "fleet-key", "secret": { "secretName": settings.fleet_key_secret, "optional": true } }));
-    }
-    let mut mounts = kvm_mounts;
-    if let Some(mounts) = mounts.as_array_mut() {
-        mounts.push(json!({ "name": "fleet-key", "mountPath": FLEET_KEY_MOUNT, "readOnly": true }));
-    }
+    let kvm = KvmMount::for_access(&settings.kvm);
+    let mut fiberd_limits = kvm.limits.clone();
+    fiberd_limits["memory"] = json!(per_instance_memory.to_string());
+    let mut volumes = kvm.volumes.clone();
+    volumes.push(json!({ "name": "fleet-key", "secret": { "secretName": settings.fleet_key_secret, "optional": true } }));
+    volumes.push(json!({ "name": "cache", "emptyDir": { "sizeLimit": cache_size_limit(grant.spec.memory_bytes).to_string() } }));
+    let mut mounts = kvm.mounts.clone();
+    mounts.push(json!({ "name": "fleet-key", "mountPath": FLEET_KEY_MOUNT, "readOnly": true }));
+    mounts.push(json!({ "name": "cache", "mountPath": CACHE_MOUNT }));
     let labels = json!({
         GRANT_LABEL: name, INSTANCE_LABEL: index.to_string(),
         "app.kubernetes.io/name": "fiberd", "app.kubernetes.io/part-of": "lampyr",
@@ -122,23 +148,32 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
             "podAffinityTerm": { "topologyKey": "kubernetes.io/hostname",
                                  "labelSelector": { "matchLabels": { GRANT_LABEL: name } } },
         }] } },
-        "containers": [
-            {
-                "name": "fiberd",
-                "image": grant.spec.grant_image,
-                "args": fiberd_args(&name, &namespace, port, settings),
-                "env": [
-                    { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
-                    { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-                ],
-                "ports": [{ "name": "fiberd", "containerPort": port }],
-                "readinessProbe": { "httpGet": { "path": "/healthz", "port": port } },
-                "resources": { "limits": limits },
-                "securityContext": { "privileged": privileged },
-                "volumeMounts": mounts,
-            },
-            { "name": "helper", "image": grant.spec.helper_image, "args": [format!("--grant={name}")] },
-        ],
+        // Runs to completion before fiberd starts; a failure keeps the Pod from starting,
+        // and its one-line reason is the container's termination message.
+        "initContainers": [{
+            "name": HELPER_CONTAINER,
+            "image": grant.spec.helper_image,
+            "args": helper_args(settings),
+            "resources": { "limits": kvm.limits },
+            "securityContext": { "privileged": kvm.privileged },
+            "terminationMessagePath": TERMINATION_LOG,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "volumeMounts": mounts.clone(),
+        }],
+        "containers": [{
+            "name": FIBERD_CONTAINER,
+            "image": grant.spec.grant_image,
+            "args": fiberd_args(&name, &namespace, port, settings),
+            "env": [
+                { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+            ],
+            "ports": [{ "name": "fiberd", "containerPort": port }],
+            "readinessProbe": { "httpGet": { "path": "/healthz", "port": port } },
+            "resources": { "limits": fiberd_limits },
+            "securityContext": { "privileged": kvm.privileged },
+            "volumeMounts": mounts,
+        }],
         "volumes": volumes,
     });
     let hash = spec_hash(&spec);
@@ -152,6 +187,30 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
         "spec": spec,
     }))
     .expect("a grant Pod built from typed parts is a valid Pod")
+}
+
+/// What a container that opens `/dev/kvm` needs, by how the Pod gets it.
+struct KvmMount {
+    volumes: Vec<serde_json::Value>,
+    mounts: Vec<serde_json::Value>,
+    limits: serde_json::Value,
+    privileged: bool,
+}
+
+impl KvmMount {
+    fn for_access(access: &KvmAccess) -> Self {
+        match access {
+            KvmAccess::HostPath => KvmMount {
+                volumes: vec![json!({ "name": "kvm", "hostPath": { "path": "/dev/kvm", "type": "CharDevice" } })],
+                mounts: vec![json!({ "name": "kvm", "mountPath": "/dev/kvm" })],
+                limits: json!({}),
+                privileged: true,
+            },
+            KvmAccess::DevicePlugin(resource) => {
+                KvmMount { volumes: Vec::new(), mounts: Vec::new(), limits: json!({ resource.as_str(): "1" }), privileged: false }
+            }
+        }
+    }
 }
 
 /// A short, stable hash of a Pod spec, to tell when a Pod must be replaced.
@@ -191,6 +250,10 @@ mod tests {
         grant
     }
 
+    fn mount_names(container: &k8s_openapi::api::core::v1::Container) -> Vec<(String, String)> {
+        container.volume_mounts.iter().flatten().map(|m| (m.name.clone(), m.mount_path.clone())).collect()
+    }
+
     #[test]
     fn one_pod_per_instance_owned_by_the_grant_running_both_images() {
         let pods = desired_pods(&grant(2, None), &PodSettings::default());
@@ -204,7 +267,9 @@ mod tests {
         assert_eq!(labels[INSTANCE_LABEL], "1");
         let spec = pod.spec.as_ref().expect("spec");
         let images: Vec<_> = spec.containers.iter().map(|c| c.image.clone().unwrap_or_default()).collect();
-        assert_eq!(images, [IMAGE, HELPER]);
+        assert_eq!(images, [IMAGE], "fiberd is the one container");
+        let init: Vec<_> = spec.init_containers.iter().flatten().map(|c| (c.name.as_str(), c.image.clone().unwrap_or_default())).collect();
+        assert_eq!(init, [(HELPER_CONTAINER, HELPER.to_string())], "the helper runs first, as an init container");
         let args = spec.containers[0].args.clone().unwrap_or_default();
         assert!(args.contains(&"--grant=hello-00001".to_string()) && args.contains(&"--namespace=apps".to_string()));
         assert!(!args.iter().any(|a| a.starts_with("--template-repository=")), "no policy lists any: unrestricted");
@@ -226,6 +291,48 @@ mod tests {
     }
 
     #[test]
+    fn the_helper_checks_the_node_with_what_fiberd_gets() {
+        let pod = &desired_pods(&grant(1, None), &PodSettings::default())[0];
+        let spec = pod.spec.as_ref().expect("spec");
+        let helper = &spec.init_containers.as_ref().expect("init containers")[0];
+        let fiberd = &spec.containers[0];
+        assert_eq!(
+            helper.args.clone().unwrap_or_default(),
+            [
+                "--kvm-device=/dev/kvm",
+                "--cache-dir=/var/cache/lampyr",
+                "--fleet-key-file=/var/run/lampyr/fleet-key/key",
+                "--termination-log=/dev/termination-log"
+            ]
+        );
+        assert_eq!(helper.termination_message_path.as_deref(), Some(TERMINATION_LOG));
+        assert_eq!(helper.termination_message_policy.as_deref(), Some("FallbackToLogsOnError"));
+        let privileged = |c: &k8s_openapi::api::core::v1::Container| c.security_context.as_ref().and_then(|s| s.privileged);
+        assert_eq!((privileged(helper), privileged(fiberd)), (Some(true), Some(true)), "both open the host's /dev/kvm");
+        let mounts = mount_names(helper);
+        assert_eq!(mounts, mount_names(fiberd), "the helper checks what fiberd mounts");
+        assert_eq!(
+            mounts,
+            [("kvm", "/dev/kvm"), ("fleet-key", FLEET_KEY_MOUNT), ("cache", CACHE_MOUNT)].map(|(n, p)| (n.to_string(), p.to_string()))
+        );
+    }
+
+    #[test]
+    fn fiberd_caches_artifacts_in_an_empty_dir_sized_from_the_grant() {
+        let pod = &desired_pods(&grant(2, None), &PodSettings::default())[0];
+        let spec = pod.spec.as_ref().expect("spec");
+        let args = spec.containers[0].args.clone().unwrap_or_default();
+        assert!(args.contains(&"--cache-dir=/var/cache/lampyr".to_string()), "{args:?}");
+        let cache = spec.volumes.as_ref().expect("volumes").iter().find(|v| v.name == "cache").expect("cache volume");
+        let limit = cache.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()).expect("sizeLimit");
+        assert_eq!(limit.0, (2i64 << 30).to_string(), "twice the grant's 1 GiB, whatever the instances");
+
+        assert_eq!(cache_size_limit(10 << 20), MIN_CACHE_BYTES, "a small grant gets the floor");
+        assert_eq!(cache_size_limit(3 << 30), 6 << 30);
+        assert_eq!(cache_size_limit(i64::MAX), i64::MAX, "no overflow");
+    }
+
+    #[test]
     fn kvm_comes_from_the_host_or_a_device_plugin() {
         let host = &desired_pods(&grant(1, None), &PodSettings::default())[0];
         let host_spec = host.spec.as_ref().expect("spec");
@@ -238,6 +345,14 @@ mod tests {
         assert!(spec.volumes.as_ref().expect("volumes").iter().all(|v| v.name != "kvm"));
         let limits = spec.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits");
         assert_eq!(limits["devices.kubevirt.io/kvm"].0, "1");
+        let helper = &spec.init_containers.as_ref().expect("init containers")[0];
+        let helper_limits = helper.resources.as_ref().and_then(|r| r.limits.as_ref()).expect("helper limits");
+        assert_eq!(helper_limits["devices.kubevirt.io/kvm"].0, "1", "the helper opens the plugin's device too");
+        assert!(helper.args.iter().flatten().any(|a| a == "--kvm-device-plugin=devices.kubevirt.io/kvm"));
+        for container in [helper, &spec.containers[0]] {
+            assert_eq!(container.security_context.as_ref().and_then(|s| s.privileged), Some(false));
+            assert!(mount_names(container).iter().all(|(name, _)| name != "kvm"));
+        }
     }
 
     #[test]

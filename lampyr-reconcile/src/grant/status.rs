@@ -18,6 +18,44 @@ pub fn pod_is_ready(pod: &Pod) -> bool {
     conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Why a Pod is not ready, from what its kubelet reports: an init container that
+/// failed (its termination message: `fiberd-helper` says what the node lacks), a
+/// container waiting for a reason other than starting (an image that cannot be
+/// pulled), or else the `Ready` condition's message.
+pub fn pod_not_ready_reason(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    for init in status.init_container_statuses.iter().flatten() {
+        let current = init.state.as_ref().and_then(|s| s.terminated.as_ref());
+        let terminated = current.or_else(|| init.last_state.as_ref().and_then(|s| s.terminated.as_ref()));
+        if let Some(failed) = terminated.filter(|t| t.exit_code != 0) {
+            let message = failed.message.as_deref().map(str::trim).filter(|m| !m.is_empty());
+            let said = message.or(failed.reason.as_deref()).unwrap_or("no message");
+            return Some(format!("init container {} failed (exit code {}): {said}", init.name, failed.exit_code));
+        }
+    }
+    let containers = status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
+    for container in containers {
+        let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref()) else { continue };
+        let reason = waiting.reason.as_deref().unwrap_or_default();
+        if !reason.is_empty() && reason != "ContainerCreating" && reason != "PodInitializing" {
+            let message = waiting.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+            return Some(format!("container {} is waiting: {reason}{message}", container.name));
+        }
+    }
+    let ready = status.conditions.iter().flatten().find(|c| c.type_ == "Ready" && c.status != "True")?;
+    ready.message.clone().filter(|m| !m.is_empty())
+}
+
+/// `"; <pod>: <why>"` for the first of `pods` (by name) that is not ready and says why, else nothing.
+fn first_not_ready_reason(pods: &[Pod]) -> String {
+    let mut not_ready: Vec<&Pod> = pods.iter().filter(|p| !pod_is_ready(p)).collect();
+    not_ready.sort_by_key(|p| p.metadata.name.clone());
+    not_ready
+        .into_iter()
+        .find_map(|p| pod_not_ready_reason(p).map(|why| format!("; {}: {why}", p.metadata.name.as_deref().unwrap_or_default())))
+        .unwrap_or_default()
+}
+
 /// The status `grant` should have, given its current Pods (only those the
 /// controller wants) and whether its images were refused. Conditions keep
 /// their `lastTransitionTime` unless they change.
@@ -35,7 +73,7 @@ pub fn grant_status(grant: &CapacityGrant, pods: &[Pod], refused: Option<&ImageR
         None => conditions.mark_unknown(
             INSTANCES_READY,
             REASON_INSTANCES_NOT_READY,
-            &format!("{ready_instances} of {wanted} grant Pods are ready"),
+            &format!("{ready_instances} of {wanted} grant Pods are ready{}", first_not_ready_reason(pods)),
         ),
     }
     status
@@ -99,6 +137,36 @@ mod tests {
         assert_eq!(ready_condition(&status), (ConditionStatus::False, REASON_IMAGE_NOT_ALLOWED.into()));
         let message = &status.get_condition(INSTANCES_READY).expect("InstancesReady").message;
         assert!(message.contains("spec.grantImage x"), "{message}");
+    }
+
+    #[test]
+    fn a_failed_helper_says_why_the_grant_is_not_ready() {
+        let failed = json!({ "terminated": { "exitCode": 1, "reason": "Error",
+            "message": "/dev/kvm: permission denied opening it read-write: the grant Pod must run privileged\n" } });
+        let mut crashing: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "g-1" },
+            "status": { "initContainerStatuses": [{ "name": "helper", "image": "h", "imageID": "", "ready": false,
+                "restartCount": 2, "state": { "waiting": { "reason": "CrashLoopBackOff" } }, "lastState": failed }] },
+        }))
+        .expect("pod");
+        let status = grant_status(&grant(2), &[pod(true), crashing.clone()], None);
+        let message = &status.get_condition(INSTANCES_READY).expect("InstancesReady").message;
+        assert_eq!(
+            message,
+            "1 of 2 grant Pods are ready; g-1: init container helper failed (exit code 1): /dev/kvm: permission denied \
+             opening it read-write: the grant Pod must run privileged"
+        );
+
+        // The helper passed; an image that cannot be pulled is the reason now.
+        crashing.status = serde_json::from_value(json!({
+            "initContainerStatuses": [{ "name": "helper", "image": "h", "imageID": "", "ready": true, "restartCount": 2,
+                "state": { "terminated": { "exitCode": 0 } }, "lastState": failed }],
+            "containerStatuses": [{ "name": "fiberd", "image": "f", "imageID": "", "ready": false, "restartCount": 0,
+                "state": { "waiting": { "reason": "ImagePullBackOff", "message": "Back-off pulling image \"f\"" } } }],
+        }))
+        .expect("status");
+        assert_eq!(pod_not_ready_reason(&crashing).as_deref(), Some("container fiberd is waiting: ImagePullBackOff: Back-off pulling image \"f\""));
+        assert_eq!(pod_not_ready_reason(&pod(false)), None, "nothing said, nothing added");
     }
 
     #[test]

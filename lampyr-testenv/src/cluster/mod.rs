@@ -24,7 +24,7 @@ mod install;
 pub mod pki;
 mod pod_runner;
 mod process;
-pub use pod_runner::{PodProgram, PodRunner, PodSandbox, container};
+pub use pod_runner::{InitProgram, PodProgram, PodRunner, PodSandbox, container, init_container};
 pub use process::{Process, log_tail};
 pub mod upstream;
 

@@ -64,6 +64,16 @@ impl Process {
         }
     }
 
+    /// The exit status once the process has exited (it is reaped then); `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The log file its output goes to.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
     /// Kills the process (the state is throwaway: no graceful shutdown) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
