@@ -20,6 +20,10 @@
 //!
 //! CPU requests and limits are validated and otherwise ignored: a fiber always
 //! has exactly one vCPU.
+//!
+//! What the annotations leave unset comes from a cluster's `config-autoscaler`
+//! ([`translate_with`]; lampyr-controller passes the cluster's), or from
+//! upstream's defaults ([`translate`]; `ly run` and `ly deploy`).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -325,19 +325,25 @@ impl Supervisor {
         tracing::info!(home = %key_of(home), generation, "policy changed; applied to the loaded pool");
         loaded.backend.update_policy(home.spec.policy.scaling.clone());
         loaded.home = Arc::clone(home);
-        let served = Served {
-            namespace: self.key.0.clone(),
-            revision: home.spec.revision_name.clone(),
-            policy: home.spec.policy.clone(),
-            backend: Arc::clone(&loaded.backend),
-        };
-        self.shared.table.insert(self.key.clone(), served);
+        let backend = Arc::clone(&loaded.backend);
+        self.publish(home, &backend);
         if let Some(entry) = &mut self.desired {
             entry.observed_generation = generation;
         }
         self.attempted = Some(version(home));
         self.write().await;
         true
+    }
+
+    /// Routes the Revision of `home` to `backend`, with `home`'s policy.
+    fn publish(&self, home: &Home, backend: &Arc<LocalBackend>) {
+        let served = Served {
+            namespace: self.key.0.clone(),
+            revision: home.spec.revision_name.clone(),
+            policy: home.spec.policy.clone(),
+            backend: Arc::clone(backend),
+        };
+        self.shared.table.insert(self.key.clone(), served);
     }
 
     /// Loads `home` on a blocking thread (pulls hash and write files; templates
@@ -375,13 +381,7 @@ impl Supervisor {
         match result {
             Ok(backend) => {
                 tracing::info!(home = %key_of(&home), generation, "loaded");
-                let served = Served {
-                    namespace: self.key.0.clone(),
-                    revision: home.spec.revision_name.clone(),
-                    policy: home.spec.policy.clone(),
-                    backend: Arc::clone(&backend),
-                };
-                self.shared.table.insert(self.key.clone(), served);
+                self.publish(&home, &backend);
                 entry.loaded = true;
                 entry.warm_fibers = warm(&backend);
                 self.loaded = Some(Loaded { home: Arc::clone(&home), backend });

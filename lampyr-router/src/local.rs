@@ -44,11 +44,6 @@ impl LocalBackend {
         }
     }
 
-    /// The scaling policy the scaler applies.
-    pub fn scaling_policy(&self) -> Option<lampyr_fiber::policy::ScalingPolicy> {
-        self.scaler.lock().ok().map(|s| s.policy().clone())
-    }
-
     /// Wakes a Revision at zero: starts `activation-scale` fibers in the background.
     fn activate(&self) {
         let n = match self.scaler.lock() {
