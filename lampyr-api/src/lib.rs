@@ -28,9 +28,12 @@
 //!   two value syntaxes the template's fields and annotations use.
 //! - [`policy`]: the fiber policy translated from a Revision, which a `Home`
 //!   carries to fiberd and fiber-router.
+//! - [`autoscaler`]: Knative's cluster-wide autoscaler settings
+//!   (`knative-serving/config-autoscaler`), parsed and validated as upstream does.
 //! - [`fiber`]: Lampyr's own CRDs, `CapacityGrant`, `Home` and `GrantPolicy`
 //!   (`fiber.lampyr.dev/v1alpha1`), and their generated CRD YAML.
 
+pub mod autoscaler;
 pub mod conditions;
 pub mod domain_mapping;
 pub mod duck;

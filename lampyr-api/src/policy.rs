@@ -9,7 +9,8 @@
 //! The policy is also a wire type: the Fiber Revision reconciler publishes it
 //! in each `Home`'s spec, where fiberd and fiber-router read it. On the wire,
 //! durations are Go duration strings (`60s`, `1m30s`) and the environment is a
-//! list of `{name, value}`.
+//! list of `{name, value}`. The defaults below are upstream's `config-autoscaler`
+//! defaults; [`crate::autoscaler`] reads a cluster's own.
 
 use std::time::Duration;
 
@@ -77,6 +78,27 @@ pub struct ScalingPolicy {
     #[serde(with = "go_duration")]
     #[schemars(with = "String")]
     pub scale_to_zero_retention: Duration,
+    /// The cluster's settings that no Revision overrides (`config-autoscaler`),
+    /// as lampyr-controller read them; absent from a Home written by an older
+    /// controller, when fiberd uses its own flags instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterScaling>,
+}
+
+/// The `config-autoscaler` settings a Revision cannot override, which its scaler applies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterScaling {
+    /// `enable-scale-to-zero`: whether a Revision with `min-scale` 0 may drop its last fiber.
+    pub enable_scale_to_zero: bool,
+    /// `scale-to-zero-grace-period`: idle time before the last fiber may stop.
+    #[serde(with = "go_duration")]
+    #[schemars(with = "String")]
+    pub scale_to_zero_grace_period: Duration,
+    /// `max-scale-up-rate`: at most this many times the fibers alive per decision.
+    pub max_scale_up_rate: f64,
+    /// `max-scale-down-rate`: at least the fibers alive divided by this per decision.
+    pub max_scale_down_rate: f64,
 }
 
 /// Request timeouts (`spec.template.spec.*Seconds`).
@@ -156,6 +178,7 @@ impl Default for ScalingPolicy {
             panic_threshold_percent: DEFAULT_PANIC_THRESHOLD_PERCENT,
             scale_down_delay: Duration::ZERO,
             scale_to_zero_retention: Duration::ZERO,
+            cluster: None,
         }
     }
 }
@@ -269,13 +292,30 @@ mod tests {
         policy.timeouts.idle = Some(Duration::from_secs(30));
         policy.env = vec![("GREETING".into(), "hi".into()), ("A".into(), "".into())];
         policy.memory_bytes = Some(64 << 20);
+        policy.scaling.cluster = Some(ClusterScaling {
+            enable_scale_to_zero: false,
+            scale_to_zero_grace_period: Duration::from_millis(2500),
+            max_scale_up_rate: 10.0,
+            max_scale_down_rate: 2.0,
+        });
         let wire = serde_json::to_value(&policy).expect("serializes");
         assert_eq!(wire["scaling"]["stableWindow"], "6500ms");
         assert_eq!(wire["scaling"]["metric"], "rps");
         assert_eq!(wire["timeouts"]["request"], "300s");
         assert_eq!(wire["env"][0], serde_json::json!({"name": "GREETING", "value": "hi"}));
+        assert_eq!(wire["scaling"]["cluster"]["scaleToZeroGracePeriod"], "2500ms");
+        assert_eq!(wire["scaling"]["cluster"]["enableScaleToZero"], false);
         let back: FiberPolicy = serde_json::from_value(wire).expect("deserializes");
         assert_eq!(back, policy);
+    }
+
+    #[test]
+    fn a_policy_without_cluster_settings_is_read_as_an_older_controller_wrote_it() {
+        let mut wire = serde_json::to_value(FiberPolicy::default()).expect("serializes");
+        assert!(wire["scaling"].get("cluster").is_none(), "none written: {wire}");
+        wire["scaling"].as_object_mut().expect("object").remove("cluster");
+        let back: FiberPolicy = serde_json::from_value(wire).expect("deserializes");
+        assert_eq!(back.scaling.cluster, None);
     }
 
     #[test]

@@ -20,6 +20,10 @@
 //!
 //! CPU requests and limits are validated and otherwise ignored: a fiber always
 //! has exactly one vCPU.
+//!
+//! What the annotations leave unset comes from a cluster's `config-autoscaler`
+//! ([`translate_with`]; lampyr-controller passes the cluster's), or from
+//! upstream's defaults ([`translate`]; `ly run` and `ly deploy`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,11 +39,9 @@ use lampyr_api::{
     SecurityContext,
 };
 
-use crate::policy::{
-    DEFAULT_CONCURRENCY_TARGET, DEFAULT_INITIAL_SCALE, DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_PANIC_WINDOW_PERCENT,
-    DEFAULT_RPS_TARGET, DEFAULT_STABLE_WINDOW, DEFAULT_TARGET_UTILIZATION, FiberPolicy, ScaleMetric, ScalingPolicy,
-    TimeoutPolicy,
-};
+use lampyr_api::autoscaler::{AutoscalerConfig, PANIC_WINDOW_PERCENTAGE_RANGE, TARGET_MIN, WINDOW_MAX, WINDOW_MIN};
+
+use crate::policy::{FiberPolicy, ScaleMetric, ScalingPolicy, TimeoutPolicy};
 
 /// Knative's `revision-timeout-seconds` default.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 300;
@@ -48,12 +50,21 @@ pub const MAX_TIMEOUT_SECONDS: i64 = 600;
 /// Knative's `container-concurrency-max-limit` default.
 pub const MAX_CONTAINER_CONCURRENCY: i64 = 1000;
 
-/// Upstream's minimum `target`.
-const TARGET_MIN: f64 = 0.01;
-/// Shortest stable window.
-const WINDOW_MIN: Duration = Duration::from_secs(6);
-/// Longest stable window, scale-down delay and retention period.
-const WINDOW_MAX: Duration = Duration::from_secs(3600);
+/// Upstream's utilization of an `rps` target (`config-autoscaler` has no key for it).
+const RPS_TARGET_UTILIZATION: f64 = 70.0;
+
+/// How the rules that depend on `config-autoscaler` (`max-scale-limit`,
+/// `allow-zero-initial-scale`) apply to the annotations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rules {
+    /// As upstream's webhook admits a template: an annotation breaking them is invalid.
+    Admission,
+    /// As upstream's autoscaler runs a Revision already admitted (perhaps under
+    /// other settings): `initial-scale: 0` without `allow-zero-initial-scale`
+    /// gets the cluster's `initial-scale`, a `max-scale` beyond `max-scale-limit`
+    /// is kept. A Revision is never failed for a change of the cluster's settings.
+    Admitted,
+}
 
 /// Whether a field is wrong for Knative itself or only outside the fiber subset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,27 +125,45 @@ impl fmt::Display for UnsupportedFields {
     }
 }
 
-/// Translate a Service's or Configuration's `spec.template` into a fiber policy.
+/// Translate a Service's or Configuration's `spec.template` into a fiber policy,
+/// with upstream's default `config-autoscaler`, as upstream's webhook admits it.
 ///
 /// Paths in the error start with `spec.template`.
 pub fn translate(template: &RevisionTemplateSpec) -> Result<FiberPolicy, UnsupportedFields> {
-    translate_parts(&template.metadata, &template.spec, "spec.template.")
+    translate_with(template, &AutoscalerConfig::default(), Rules::Admission)
 }
 
-/// Translate a Revision (its metadata and spec) into a fiber policy.
+/// Translate a template with a cluster's `config-autoscaler` settings as the
+/// defaults of what its annotations leave unset, under `rules`.
+///
+/// Paths in the error start with `spec.template`.
+pub fn translate_with(
+    template: &RevisionTemplateSpec,
+    config: &AutoscalerConfig,
+    rules: Rules,
+) -> Result<FiberPolicy, UnsupportedFields> {
+    translate_parts(&template.metadata, &template.spec, "spec.template.", config, rules)
+}
+
+/// Translate a Revision (its metadata and spec) into a fiber policy, with
+/// upstream's default `config-autoscaler`, as upstream's webhook admits it.
 ///
 /// Paths in the error start with `metadata` or `spec`.
 pub fn translate_revision(revision: &Revision) -> Result<FiberPolicy, UnsupportedFields> {
-    translate_parts(&revision.metadata, &revision.spec, "")
+    translate_parts(&revision.metadata, &revision.spec, "", &AutoscalerConfig::default(), Rules::Admission)
 }
 
 fn translate_parts(
     metadata: &ObjectMeta,
     spec: &RevisionSpec,
     prefix: &str,
+    config: &AutoscalerConfig,
+    rules: Rules,
 ) -> Result<FiberPolicy, UnsupportedFields> {
     let mut cx = Checker {
         problems: Vec::new(),
+        config,
+        rules,
     };
     let container_concurrency = cx.container_concurrency(spec, prefix);
     let scaling = cx.scaling(metadata, container_concurrency, prefix);
@@ -160,8 +189,11 @@ fn translate_parts(
 /// What the single container contributes to the policy.
 type ContainerPart = (Option<u64>, Vec<(String, String)>, bool, Option<u16>);
 
-struct Checker {
+struct Checker<'c> {
     problems: Vec<FieldProblem>,
+    /// The cluster's autoscaler settings: defaults, and the limits of [`Rules`].
+    config: &'c AutoscalerConfig,
+    rules: Rules,
 }
 
 /// `base.key`, or `base["key"]` when the key is not a plain identifier.
@@ -256,7 +288,7 @@ fn security_field_reason(field: &str) -> &'static str {
     }
 }
 
-impl Checker {
+impl Checker<'_> {
     fn invalid(&mut self, path: impl Into<String>, reason: impl Into<String>) {
         self.problems.push(FieldProblem {
             path: path.into(),
@@ -399,9 +431,12 @@ impl Checker {
             }
         };
 
-        let min_scale = a.int_ge0(keys::MIN_SCALE);
-        let max_scale = a.int_ge0(keys::MAX_SCALE);
-        let (min, max) = (min_scale.unwrap_or(0), max_scale.unwrap_or(0));
+        let config = a.cx.config;
+        let rules = a.cx.rules;
+        let min_annotation = a.int_ge0(keys::MIN_SCALE);
+        let max_annotation = a.int_ge0(keys::MAX_SCALE);
+        // Upstream checks the annotations among themselves and against max-scale-limit.
+        let (min, max) = (min_annotation.unwrap_or(0), max_annotation.unwrap_or(0));
         if max != 0
             && max < min
             && let Some((path, _)) = a.get(keys::MAX_SCALE)
@@ -411,25 +446,51 @@ impl Checker {
                 format!("max-scale={max} is less than min-scale={min}"),
             );
         }
+        let limit = config.max_scale_limit;
+        if rules == Rules::Admission
+            && limit > 0
+            && let (Some(annotated), Some((path, _))) = (max_annotation, a.get(keys::MAX_SCALE))
+        {
+            if annotated == 0 {
+                a.cx.invalid(
+                    path,
+                    format!(
+                        "max-scale=0 (unbounded) is not allowed: config-autoscaler's max-scale-limit is {limit}"
+                    ),
+                );
+            } else if annotated > limit {
+                a.cx.invalid(
+                    path,
+                    format!(
+                        "{annotated} is out of bounds: must be between 1 and {limit} \
+                         (config-autoscaler's max-scale-limit)"
+                    ),
+                );
+            }
+        }
+        let (min_scale, max_scale) = scale_bounds(min_annotation, max_annotation, config);
 
         let initial_scale = match a.get(keys::INITIAL_SCALE) {
-            None => DEFAULT_INITIAL_SCALE,
+            None => config.initial_scale,
             Some((path, v)) => match v.parse::<i64>() {
-                Ok(n) if n > 0 && n <= i64::from(u32::MAX) => n as u32,
+                Ok(0) if config.allow_zero_initial_scale => 0,
                 Ok(0) => {
-                    a.cx.invalid(
-                        path,
-                        "0 is not allowed: Knative's allow-zero-initial-scale is false",
-                    );
-                    DEFAULT_INITIAL_SCALE
+                    if rules == Rules::Admission {
+                        a.cx.invalid(
+                            path,
+                            "0 is not allowed: config-autoscaler's allow-zero-initial-scale is false",
+                        );
+                    }
+                    config.initial_scale
                 }
+                Ok(n) if n > 0 && n <= i64::from(u32::MAX) => n as u32,
                 Ok(n) if n < 0 => {
                     a.cx.invalid(path, format!("{n} must be greater than 0"));
-                    DEFAULT_INITIAL_SCALE
+                    config.initial_scale
                 }
                 _ => {
                     a.cx.invalid(path, format!("{v:?} is not an integer"));
-                    DEFAULT_INITIAL_SCALE
+                    config.initial_scale
                 }
             },
         };
@@ -471,65 +532,71 @@ impl Checker {
                 .then_some(())
                 .ok_or(format!("target {v} should be at least {TARGET_MIN}"))
         });
-        let target_utilization_percent = a
-            .float(keys::TARGET_UTILIZATION_PERCENTAGE, |v| {
-                in_range(v, 1.0, 100.0)
-            })
-            .unwrap_or(DEFAULT_TARGET_UTILIZATION);
+        let utilization_annotation = a.float(keys::TARGET_UTILIZATION_PERCENTAGE, |v| {
+            in_range(v, 1.0, 100.0)
+        });
         // Validated like upstream; a fiber pool has no activator buffer to size.
         let _ = a.float(keys::TARGET_BURST_CAPACITY, |v| {
             (v >= 0.0 || v == -1.0)
                 .then_some(())
                 .ok_or("must be -1 (unlimited) or at least 0".to_owned())
         });
+        let (panic_low, panic_high) = PANIC_WINDOW_PERCENTAGE_RANGE;
         let panic_window_percent = a
-            .float(keys::PANIC_WINDOW_PERCENTAGE, |v| in_range(v, 1.0, 100.0))
-            .unwrap_or(DEFAULT_PANIC_WINDOW_PERCENT);
+            .float(keys::PANIC_WINDOW_PERCENTAGE, |v| in_range(v, panic_low, panic_high))
+            .unwrap_or(config.panic_window_percentage);
         let panic_threshold_percent = a
             .float(keys::PANIC_THRESHOLD_PERCENTAGE, |v| {
                 in_range(v, 110.0, 1000.0)
             })
-            .unwrap_or(DEFAULT_PANIC_THRESHOLD_PERCENT);
+            .unwrap_or(config.panic_threshold_percentage);
 
         let stable_window = a
             .duration(keys::WINDOW, WINDOW_MIN, true)
-            .unwrap_or(DEFAULT_STABLE_WINDOW);
+            .unwrap_or(config.stable_window);
         let scale_down_delay = a
             .duration(keys::SCALE_DOWN_DELAY, Duration::ZERO, true)
-            .unwrap_or(Duration::ZERO);
+            .unwrap_or(config.scale_down_delay);
         let scale_to_zero_retention = a
             .duration(
                 keys::SCALE_TO_ZERO_POD_RETENTION_PERIOD,
                 Duration::ZERO,
                 false,
             )
-            .unwrap_or(Duration::ZERO);
+            .unwrap_or(config.scale_to_zero_pod_retention_period);
 
         // Upstream's ResolveMetricTarget, before target utilization applies.
         let cc = f64::from(container_concurrency);
-        let target = match metric {
-            ScaleMetric::Rps => target_annotation.unwrap_or(DEFAULT_RPS_TARGET),
-            ScaleMetric::Concurrency => match (target_annotation, cc > 0.0) {
-                (Some(t), true) => t.min(cc),
-                (Some(t), false) => t,
-                (None, true) => cc,
-                (None, false) => DEFAULT_CONCURRENCY_TARGET,
-            },
+        let (target, utilization) = match metric {
+            ScaleMetric::Rps => (
+                target_annotation.unwrap_or(config.requests_per_second_target_default),
+                RPS_TARGET_UTILIZATION,
+            ),
+            ScaleMetric::Concurrency => (
+                match (target_annotation, cc > 0.0) {
+                    (Some(t), true) => t.min(cc),
+                    (Some(t), false) => t,
+                    (None, true) => cc,
+                    (None, false) => config.container_concurrency_target_default,
+                },
+                config.container_concurrency_target_percentage,
+            ),
         };
 
         ScalingPolicy {
-            min_scale: min,
-            max_scale: max,
+            min_scale,
+            max_scale,
             initial_scale,
             activation_scale,
             metric,
             target,
-            target_utilization_percent,
+            target_utilization_percent: utilization_annotation.unwrap_or(utilization),
             stable_window,
             panic_window_percent,
             panic_threshold_percent,
             scale_down_delay,
             scale_to_zero_retention,
+            cluster: None,
         }
     }
 
@@ -841,6 +908,25 @@ impl Checker {
     }
 }
 
+/// Upstream's `ScaleBounds`: each bound from its annotation, else from the
+/// cluster's default. Where a cluster default and an annotation conflict
+/// (`min-scale` above `max-scale`), the Revision's annotation wins: the other
+/// bound follows it, so the pair stays ordered.
+fn scale_bounds(min: Option<u32>, max: Option<u32>, config: &AutoscalerConfig) -> (u32, u32) {
+    let (low, high) = (min.unwrap_or(config.min_scale), max.unwrap_or(config.max_scale));
+    if high == 0 || low <= high {
+        return (low, high);
+    }
+    match (min, max) {
+        // The cluster's min-scale is above the Revision's max-scale.
+        (None, _) => (high, high),
+        // The Revision's min-scale is above the cluster's max-scale.
+        (_, None) => (low, low),
+        // Both annotations: reported invalid already.
+        _ => (low, high),
+    }
+}
+
 fn in_range(v: f64, min: f64, max: f64) -> Result<(), String> {
     if (min..=max).contains(&v) {
         Ok(())
@@ -852,10 +938,10 @@ fn in_range(v: f64, min: f64, max: f64) -> Result<(), String> {
 }
 
 /// The template's annotations, read with Knative's key aliases.
-struct Annotations<'a> {
+struct Annotations<'a, 'c> {
     map: &'a BTreeMap<String, String>,
     base: String,
-    cx: &'a mut Checker,
+    cx: &'a mut Checker<'c>,
 }
 
 /// Every autoscaling key Lampyr reads, canonical first.
@@ -876,7 +962,7 @@ const AUTOSCALING_KEYS: &[&str] = &[
     keys::PANIC_THRESHOLD_PERCENTAGE,
 ];
 
-impl Annotations<'_> {
+impl Annotations<'_, '_> {
     fn path(&self, key: &str) -> String {
         format!("{}[{key:?}]", self.base)
     }
@@ -1427,6 +1513,127 @@ mod tests {
         // rps ignores containerConcurrency.
         assert_eq!(cc(10, &[("metric", "rps")]).scaling.target, 200.0);
         assert_eq!(cc(1, &[]).container_concurrency, 1);
+    }
+
+    /// A `config-autoscaler` from `pairs` (valid).
+    fn cluster(pairs: &[(&str, &str)]) -> AutoscalerConfig {
+        let data = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        AutoscalerConfig::from_data(&data).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn with(t: &RevisionTemplateSpec, config: &AutoscalerConfig, rules: Rules) -> ScalingPolicy {
+        translate_with(t, config, rules)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .scaling
+    }
+
+    #[test]
+    fn the_clusters_settings_are_the_defaults_annotations_override() {
+        let config = cluster(&[
+            ("container-concurrency-target-default", "10"),
+            ("container-concurrency-target-percentage", "80"),
+            ("requests-per-second-target-default", "50"),
+            ("stable-window", "2m"),
+            ("panic-window-percentage", "20"),
+            ("panic-threshold-percentage", "300"),
+            ("scale-down-delay", "30s"),
+            ("scale-to-zero-pod-retention-period", "10s"),
+            ("min-scale", "1"),
+            ("max-scale", "5"),
+            ("initial-scale", "2"),
+        ]);
+        let from_cluster = ScalingPolicy {
+            min_scale: 1,
+            max_scale: 5,
+            initial_scale: 2,
+            target: 10.0,
+            target_utilization_percent: 80.0,
+            stable_window: Duration::from_secs(120),
+            panic_window_percent: 20.0,
+            panic_threshold_percent: 300.0,
+            scale_down_delay: Duration::from_secs(30),
+            scale_to_zero_retention: Duration::from_secs(10),
+            ..default_scaling()
+        };
+        type Set = fn(&mut ScalingPolicy);
+        type Case<'a> = (&'a [(&'a str, &'a str)], i64, Set);
+        // (annotations, containerConcurrency, what changes from the cluster's values)
+        let table: &[Case] = &[
+            (&[], 0, |_| {}),
+            // containerConcurrency is the target when set, as upstream.
+            (&[], 4, |p| p.target = 4.0),
+            (&[("target", "3")], 0, |p| p.target = 3.0),
+            (&[("target-utilization-percentage", "50")], 0, |p| p.target_utilization_percent = 50.0),
+            // rps: the cluster's rps default, at upstream's fixed 70 % (not the concurrency percentage).
+            (&[("metric", "rps")], 0, |p| {
+                p.metric = ScaleMetric::Rps;
+                p.target = 50.0;
+                p.target_utilization_percent = 70.0;
+            }),
+            (&[("window", "6s")], 0, |p| p.stable_window = Duration::from_secs(6)),
+            (&[("panic-window-percentage", "5")], 0, |p| p.panic_window_percent = 5.0),
+            (&[("panic-threshold-percentage", "150")], 0, |p| p.panic_threshold_percent = 150.0),
+            (&[("scale-down-delay", "0s")], 0, |p| p.scale_down_delay = Duration::ZERO),
+            (&[("scale-to-zero-pod-retention-period", "0s")], 0, |p| p.scale_to_zero_retention = Duration::ZERO),
+            (&[("min-scale", "0"), ("max-scale", "0")], 0, |p| (p.min_scale, p.max_scale) = (0, 0)),
+            (&[("initial-scale", "7")], 0, |p| p.initial_scale = 7),
+            // A bound from an annotation wins over a cluster default it conflicts with.
+            (&[("max-scale", "0")], 0, |p| p.max_scale = 0),
+            (&[("min-scale", "9")], 0, |p| (p.min_scale, p.max_scale) = (9, 9)),
+        ];
+        for rules in [Rules::Admission, Rules::Admitted] {
+            for (annotations, cc, set) in table {
+                let mut t = annotated(annotations);
+                t.spec.container_concurrency = Some(*cc);
+                let mut want = from_cluster.clone();
+                set(&mut want);
+                assert_eq!(with(&t, &config, rules), want, "{annotations:?} cc={cc} {rules:?}");
+            }
+        }
+        // The cluster's min-scale above a Revision's max-scale: the annotation wins.
+        let config = cluster(&[("min-scale", "4")]);
+        let p = with(&annotated(&[("max-scale", "2")]), &config, Rules::Admission);
+        assert_eq!((p.min_scale, p.max_scale), (2, 2));
+        // Translation never sets the cluster part: lampyr-controller adds it to the Home.
+        assert_eq!(from_cluster.cluster, None);
+    }
+
+    #[test]
+    fn the_default_cluster_settings_give_upstreams_defaults() {
+        let t = annotated(&[]);
+        assert_eq!(with(&t, &AutoscalerConfig::default(), Rules::Admission), default_scaling());
+        assert_eq!(with(&t, &AutoscalerConfig::default(), Rules::Admitted), default_scaling());
+    }
+
+    #[test]
+    fn rules_that_depend_on_the_cluster_refuse_at_admission_and_resolve_once_admitted() {
+        let limited = cluster(&[("max-scale-limit", "10"), ("max-scale", "5")]);
+        let zero_ok = cluster(&[("allow-zero-initial-scale", "true")]);
+        let strict = AutoscalerConfig::default();
+        // (annotations, cluster, reason at admission, the policy once admitted)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a AutoscalerConfig, Option<&'a str>, (u32, u32));
+        let table: &[Case] = &[
+            (&[("max-scale", "11")], &limited, Some("between 1 and 10 (config-autoscaler's max-scale-limit)"), (11, 1)),
+            (&[("max-scale", "0")], &limited, Some("max-scale=0 (unbounded) is not allowed"), (0, 1)),
+            (&[("max-scale", "10")], &limited, None, (10, 1)),
+            (&[], &limited, None, (5, 1)),
+            (&[("initial-scale", "0")], &strict, Some("allow-zero-initial-scale is false"), (0, 1)),
+            (&[("initial-scale", "0")], &zero_ok, None, (0, 0)),
+        ];
+        for (annotations, config, refused, (max, initial)) in table {
+            let t = annotated(annotations);
+            match (translate_with(&t, config, Rules::Admission), refused) {
+                (Ok(_), None) => {}
+                (Err(e), Some(reason)) => {
+                    assert_eq!(e.problems.len(), 1, "{annotations:?}: {e}");
+                    assert!(e.problems[0].reason.contains(reason), "{annotations:?}: {e}");
+                    assert_eq!(e.problems[0].kind, ProblemKind::Invalid);
+                }
+                (got, _) => panic!("{annotations:?}: at admission {got:?}, expected refusal {refused:?}"),
+            }
+            let p = with(&t, config, Rules::Admitted);
+            assert_eq!((p.max_scale, p.initial_scale), (*max, *initial), "{annotations:?} once admitted");
+        }
     }
 
     #[test]

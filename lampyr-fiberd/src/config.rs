@@ -88,7 +88,8 @@ pub struct FiberdConfig {
     pub cache_dir: PathBuf,
     /// Where the fleet key that opens sealed templates is.
     pub fleet_key: FleetKeySource,
-    /// The scaler of every Revision's pool (as `ly run`'s).
+    /// The scaler of every Revision's pool (as `ly run`'s); its `config-autoscaler`
+    /// settings apply only to Homes whose policy carries none.
     pub scaler: ScalerConfig,
     /// Least time between two status writes for one Home (warm fiber updates).
     pub status_interval: Duration,

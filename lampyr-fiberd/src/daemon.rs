@@ -7,6 +7,10 @@
 //! loads on a blocking thread under a shared limit of concurrent loads, so a
 //! Home whose registry hangs holds one load slot until its timeout, and the
 //! others keep loading and serving.
+//!
+//! A new generation that changes only what the pool is not built from (the
+//! scaling policy, timeouts, `containerConcurrency`) is applied to the loaded
+//! pool at once, keeping its warm fibers; anything else loads the Home again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -24,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::config::FiberdConfig;
 use crate::error::LoadError;
-use crate::load::{Loader, key_of};
+use crate::load::{Loader, key_of, needs_new_pool};
 use crate::status::StatusWriter;
 
 /// Longest `message` written to a status entry, in bytes.
@@ -241,9 +245,10 @@ struct Supervisor {
     shared: Arc<Shared>,
     key: HomeKey,
     rx: watch::Receiver<Command>,
-    /// The spec the last finished load was for.
+    /// The spec the last finished load (or policy update) was for.
     attempted: Option<(Option<String>, i64)>,
-    backend: Option<Arc<LocalBackend>>,
+    /// What is served: the Home as last loaded or updated, and its pool.
+    loaded: Option<Loaded>,
     /// The entry this instance should have; `written` is the last one applied.
     desired: Option<HomeInstance>,
     written: Option<HomeInstance>,
@@ -254,6 +259,12 @@ struct Supervisor {
     failing: Option<(Option<String>, i64)>,
 }
 
+/// A Home being served and its pool.
+struct Loaded {
+    home: Arc<Home>,
+    backend: Arc<LocalBackend>,
+}
+
 impl Supervisor {
     fn new(shared: Arc<Shared>, key: HomeKey, rx: watch::Receiver<Command>) -> Self {
         let backoff = shared.config.retry_min;
@@ -262,7 +273,7 @@ impl Supervisor {
             key,
             rx,
             attempted: None,
-            backend: None,
+            loaded: None,
             desired: None,
             written: None,
             last_write: None,
@@ -279,7 +290,10 @@ impl Supervisor {
             let command = self.rx.borrow_and_update().clone();
             match command {
                 Command::Serve(home) => {
-                    if self.attempted != Some(version(&home)) && matches!(self.load(home).await, Attempt::Interrupted) {
+                    if self.attempted != Some(version(&home))
+                        && !self.update_policy(&home).await
+                        && matches!(self.load(home).await, Attempt::Interrupted)
+                    {
                         continue;
                     }
                 }
@@ -298,6 +312,38 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Serves `home` with the pool already loaded when only its policy's
+    /// scaling, timeouts or concurrency changed; false when it needs a load.
+    async fn update_policy(&mut self, home: &Arc<Home>) -> bool {
+        let Some(loaded) = &mut self.loaded else { return false };
+        if loaded.home.metadata.uid != home.metadata.uid || needs_new_pool(&loaded.home.spec, &home.spec) {
+            return false;
+        }
+        let generation = home.metadata.generation.unwrap_or(0);
+        tracing::info!(home = %key_of(home), generation, "policy changed; applied to the loaded pool");
+        loaded.backend.update_policy(home.spec.policy.scaling.clone());
+        loaded.home = Arc::clone(home);
+        let backend = Arc::clone(&loaded.backend);
+        self.publish(home, &backend);
+        if let Some(entry) = &mut self.desired {
+            entry.observed_generation = generation;
+        }
+        self.attempted = Some(version(home));
+        self.write().await;
+        true
+    }
+
+    /// Routes the Revision of `home` to `backend`, with `home`'s policy.
+    fn publish(&self, home: &Home, backend: &Arc<LocalBackend>) {
+        let served = Served {
+            namespace: self.key.0.clone(),
+            revision: home.spec.revision_name.clone(),
+            policy: home.spec.policy.clone(),
+            backend: Arc::clone(backend),
+        };
+        self.shared.table.insert(self.key.clone(), served);
     }
 
     /// Loads `home` on a blocking thread (pulls hash and write files; templates
@@ -335,16 +381,10 @@ impl Supervisor {
         match result {
             Ok(backend) => {
                 tracing::info!(home = %key_of(&home), generation, "loaded");
-                let served = Served {
-                    namespace: self.key.0.clone(),
-                    revision: home.spec.revision_name.clone(),
-                    policy: home.spec.policy.clone(),
-                    backend: Arc::clone(&backend),
-                };
-                self.shared.table.insert(self.key.clone(), served);
+                self.publish(&home, &backend);
                 entry.loaded = true;
                 entry.warm_fibers = warm(&backend);
-                self.backend = Some(backend);
+                self.loaded = Some(Loaded { home: Arc::clone(&home), backend });
                 self.backoff = self.shared.config.retry_min;
                 self.retry_at = None;
                 self.failing = None;
@@ -357,7 +397,7 @@ impl Supervisor {
                 }
                 tracing::warn!(home = %key_of(&home), generation, error = %e, retry_in = ?self.backoff, "not loaded");
                 self.shared.table.remove(&self.key);
-                self.backend = None;
+                self.loaded = None;
                 entry.message = Some(truncate(e.to_string()));
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(self.shared.config.retry_max);
@@ -371,8 +411,8 @@ impl Supervisor {
 
     /// Follows the warm fiber count; writes when the entry changed, at most once per interval.
     async fn refresh(&mut self) {
-        if let (Some(backend), Some(desired)) = (&self.backend, &mut self.desired) {
-            desired.warm_fibers = warm(backend);
+        if let (Some(loaded), Some(desired)) = (&self.loaded, &mut self.desired) {
+            desired.warm_fibers = warm(&loaded.backend);
         }
         let due = self.last_write.is_none_or(|t| t.elapsed() >= self.shared.config.status_interval);
         if self.desired != self.written && due {
@@ -392,7 +432,7 @@ impl Supervisor {
 
     async fn release(mut self, remove_entry: bool) {
         self.shared.table.remove(&self.key);
-        self.backend = None;
+        self.loaded = None;
         if remove_entry {
             self.remove_entry().await;
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
-use lampyr_api::Home;
+use lampyr_api::{Home, HomeSpec};
 use lampyr_fiber::artifact::reference::Repository;
 use lampyr_fiber::cache::Cache;
 use lampyr_fiber::metrics::RuntimeMetrics;
@@ -108,6 +108,21 @@ pub(crate) fn parse_fleet_key(bytes: Vec<u8>, from: FleetKeySource) -> Result<Fl
     FleetKey::parse(&text).map_err(|source| FleetKeyError::Invalid { from, source })
 }
 
+/// Whether serving `new` in place of the loaded `old` needs a new pool: the
+/// Revision, its artifact or template, or what the pool is built from (the
+/// environment, the memory, `max-scale`) changed. The rest of the policy
+/// (scaling, timeouts, concurrency) applies to a loaded pool as it is.
+pub(crate) fn needs_new_pool(old: &HomeSpec, new: &HomeSpec) -> bool {
+    let (a, b) = (&old.policy, &new.policy);
+    old.revision_name != new.revision_name
+        || old.artifact != new.artifact
+        || old.sealed_template != new.sealed_template
+        || old.grant_name != new.grant_name
+        || a.env != b.env
+        || a.memory_bytes != b.memory_bytes
+        || a.scaling.max_scale != b.scaling.max_scale
+}
+
 /// The repository and digest of a Home's reference, which must name a registry
 /// and be pinned by digest (plain HTTP is the client's choice, not the reference's).
 fn registry_ref(field: &'static str, reference: &str) -> Result<(Repository, String), LoadError> {
@@ -158,6 +173,43 @@ mod tests {
         }
         let (repo, _) = registry_ref("spec.sealedTemplate", &format!("anywhere.example.com/t@{D}")).expect("valid");
         assert!(check_admitted("anywhere.example.com/t", &repo, &[]).is_ok(), "no list: unrestricted");
+    }
+
+    #[test]
+    fn only_what_the_pool_is_built_from_needs_a_new_pool() {
+        let old = HomeSpec {
+            revision_name: "r".into(),
+            artifact: format!("127.0.0.1:5000/lampyr/hello@{D}"),
+            sealed_template: None,
+            grant_name: "g".into(),
+            policy: lampyr_fiber::policy::FiberPolicy::default(),
+        };
+        type Change = fn(&mut HomeSpec);
+        let applied: &[Change] = &[
+            |s| s.policy.scaling.min_scale = 2,
+            |s| s.policy.scaling.stable_window = std::time::Duration::from_secs(6),
+            |s| s.policy.scaling.cluster = Some(lampyr_api::autoscaler::AutoscalerConfig::default().cluster_scaling()),
+            |s| s.policy.timeouts.request = std::time::Duration::from_secs(10),
+            |s| s.policy.container_concurrency = 1,
+        ];
+        for change in applied {
+            let mut new = old.clone();
+            change(&mut new);
+            assert!(!needs_new_pool(&old, &new), "{:?}", new.policy);
+        }
+        let reloaded: &[Change] = &[
+            |s| s.artifact = format!("127.0.0.1:5000/lampyr/other@{D}"),
+            |s| s.sealed_template = Some(format!("127.0.0.1:5000/t@{D}")),
+            |s| s.revision_name = "r2".into(),
+            |s| s.policy.env = vec![("A".into(), "1".into())],
+            |s| s.policy.memory_bytes = Some(1 << 30),
+            |s| s.policy.scaling.max_scale = 3,
+        ];
+        for change in reloaded {
+            let mut new = old.clone();
+            change(&mut new);
+            assert!(needs_new_pool(&old, &new), "{new:?}");
+        }
     }
 
     #[test]

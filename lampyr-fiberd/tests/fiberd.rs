@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams};
+use lampyr_api::policy::ClusterScaling;
 use lampyr_fiber::seal::FleetKey;
 use lampyr_testenv::{TestRegistry, push_artifact, push_sealed};
 use serde_json::json;
@@ -65,6 +66,56 @@ async fn a_home_is_loaded_served_and_reloaded_on_a_new_generation() {
     .expect("entry");
     assert_eq!(e.message, None);
     assert_eq!(fiberd.get(&env.ns, "hello-00001").await, (200, "Hello Fibers!\n".to_string()));
+    fiberd.stop().await;
+}
+
+/// `lampyr_fiber_starts_total` of `revision` on `fiberd`: fibers started from its template.
+async fn fibers_started(fiberd: &Daemon, revision: &str) -> String {
+    let metrics = http().get(format!("http://{}/metrics", fiberd.addr)).send().await.expect("metrics");
+    let text = metrics.text().await.expect("metrics text");
+    let prefix = format!("lampyr_fiber_starts_total{{revision=\"{revision}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or("none").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_policy_applies_to_the_loaded_pool_with_its_warm_fibers() {
+    let env = Env::new("fiberd-policy").await;
+    let registry = TestRegistry::start();
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    let fiberd = Daemon::start(&env, "grant-a-0", &["grant-a"], &registry).await;
+    let homes = env.homes();
+    // The cluster's settings, as lampyr-controller writes them: scale to zero off.
+    let mut policy = hello_policy();
+    policy.scaling.cluster = Some(ClusterScaling {
+        enable_scale_to_zero: false,
+        scale_to_zero_grace_period: Duration::from_millis(600),
+        max_scale_up_rate: 1000.0,
+        max_scale_down_rate: 2.0,
+    });
+    env.create_home("policy-00001", "grant-a", &artifact, None, policy).await;
+    let at = |generation: i64, warm: i32| {
+        move |e: Option<&lampyr_api::HomeInstance>| {
+            e.is_some_and(|e| e.loaded && e.observed_generation == generation && e.warm_fibers == warm)
+        }
+    };
+    wait_entry(&homes, "policy-00001", "grant-a-0", "loaded with one warm fiber", at(1, 1)).await;
+    assert_eq!(fiberd.get(&env.ns, "policy-00001").await, (200, "Hello Lampyr!\n".to_string()));
+    assert_eq!(fibers_started(&fiberd, "policy-00001").await, "1");
+
+    // min-scale 2: applied to the same pool, which starts one more fiber. A
+    // new pool would have started two (and the first fiber would be gone).
+    let patch = json!({"spec": {"policy": {"scaling": {"minScale": 2}}}});
+    homes.patch("policy-00001", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    wait_entry(&homes, "policy-00001", "grant-a-0", "generation 2 with two warm fibers", at(2, 2)).await;
+    assert_eq!(fibers_started(&fiberd, "policy-00001").await, "2", "one more fiber, not a new pool");
+    assert_eq!(fiberd.get(&env.ns, "policy-00001").await, (200, "Hello Lampyr!\n".to_string()));
+
+    // The cluster turns scale to zero on: the idle Revision drops to zero,
+    // which it never did while it was off.
+    let patch = json!({"spec": {"policy": {"scaling": {"minScale": 0, "cluster": {"enableScaleToZero": true}}}}});
+    homes.patch("policy-00001", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    wait_entry(&homes, "policy-00001", "grant-a-0", "generation 3 scaled to zero", at(3, 0)).await;
+    assert_eq!(fibers_started(&fiberd, "policy-00001").await, "2", "still the first pool");
     fiberd.stop().await;
 }
 

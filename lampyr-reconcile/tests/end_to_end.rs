@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use lampyr_api::conditions::{CONDITION_READY, ConditionStatus, KnativeStatus, revision};
 use lampyr_api::{Revision, Service};
 use lampyr_testenv::{LampyrStack, Serving, knative_service, require_kvm};
@@ -81,6 +83,13 @@ async fn a_second_revision_a_50_50_split_and_tags() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revision_scales_to_zero_and_back() {
     let stack = stack();
+    // The operator's way to a shorter grace period (upstream's default is 30s):
+    // Knative's config-autoscaler, which lampyr-controller carries to fiberd.
+    let grace = json!({ "data": { "scale-to-zero-grace-period": "5s" } });
+    Api::<ConfigMap>::namespaced(stack.cluster.client().await, "knative-serving")
+        .patch("config-autoscaler", &PatchParams::default(), &Patch::Merge(&grace))
+        .await
+        .expect("shorten the grace period in config-autoscaler");
     let ns = stack.cluster.namespace("e2e-zero").await;
     let artifact = stack.push_example("hello").await;
     stack.kubectl_apply(&knative_service(&ns, "zero", &artifact, "zero", None));

@@ -35,6 +35,15 @@ impl LocalBackend {
         &self.pool
     }
 
+    /// Applies a changed scaling policy from the next decision on, with the
+    /// same pool and warm fibers (see [`Scaler::update_policy`]).
+    pub fn update_policy(&self, scaling: lampyr_fiber::policy::ScalingPolicy) {
+        match self.scaler.lock() {
+            Ok(mut scaler) => scaler.update_policy(scaling, std::time::Instant::now()),
+            Err(_) => tracing::warn!("the scaler is poisoned; the scaling policy was not updated"),
+        }
+    }
+
     /// Wakes a Revision at zero: starts `activation-scale` fibers in the background.
     fn activate(&self) {
         let n = match self.scaler.lock() {

@@ -21,12 +21,18 @@
 //!    stable window has passed without that condition, and never scales down.
 //! 4. `scale-down-delay` holds the highest decision of the last delay period.
 //! 5. `min-scale`/`max-scale` bound the result, and it reaches zero only after
-//!    the Revision has been idle for the scale-to-zero grace period plus the
-//!    Revision's retention period.
+//!    the Revision has been idle for the scale-to-zero grace period or the
+//!    Revision's retention period, whichever is longer (upstream's rule).
+//!
+//! The cluster-wide settings (`config-autoscaler`'s grace period, rates and
+//! `enable-scale-to-zero`) come from the policy's `cluster` part when it has
+//! one (lampyr-controller writes it), else from the [`ScalerConfig`] the
+//! caller gives. [`Scaler::update_policy`] applies a changed policy without
+//! losing what was observed.
 
 use std::time::{Duration, Instant};
 
-use lampyr_fiber::policy::{ScaleMetric, ScalingPolicy};
+use lampyr_fiber::policy::{ClusterScaling, ScaleMetric, ScalingPolicy};
 
 /// Most buckets a time window keeps; coarser buckets are used beyond that.
 const MAX_BUCKETS: u64 = 720;
@@ -40,7 +46,8 @@ const MIN_TARGET: f64 = 0.01;
 /// Tolerance when rounding fiber counts up, so that `1.4 / 0.7` is 2 fibers and not 3.
 const CEIL_EPSILON: f64 = 1e-9;
 
-/// Cluster-wide autoscaler settings (the `config-autoscaler` equivalents).
+/// The scaler's own settings (`ly run`'s and fiberd's flags). Those that are
+/// `config-autoscaler` settings apply only to a policy without a `cluster` part.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScalerConfig {
     /// How often [`Scaler::decide`] is called (default 2 s).
@@ -66,6 +73,23 @@ impl Default for ScalerConfig {
             max_scale_up_rate: 1000.0,
             max_scale_down_rate: 2.0,
             max_fibers: 64,
+        }
+    }
+}
+
+impl ScalerConfig {
+    /// These settings with a policy's cluster part, when it has one, in place
+    /// of the `config-autoscaler` ones.
+    pub fn with_cluster(&self, cluster: Option<&ClusterScaling>) -> ScalerConfig {
+        match cluster {
+            None => self.clone(),
+            Some(c) => ScalerConfig {
+                scale_to_zero_grace_period: c.scale_to_zero_grace_period,
+                enable_scale_to_zero: c.enable_scale_to_zero,
+                max_scale_up_rate: c.max_scale_up_rate,
+                max_scale_down_rate: c.max_scale_down_rate,
+                ..self.clone()
+            },
         }
     }
 }
@@ -129,6 +153,22 @@ impl LoadWindow {
 
     fn index(&self, t: Instant) -> u64 {
         bucket_index(self.base, self.granularity, t)
+    }
+
+    /// The same observations in buckets of another width and number: each old
+    /// bucket lands in the new bucket holding its start.
+    fn rebucketed(&self, granularity: Duration, len: u64) -> LoadWindow {
+        let mut window = LoadWindow::new(self.base, granularity, len);
+        let mut used: Vec<&LoadBucket> = self.buckets.iter().filter(|b| b.used).collect();
+        used.sort_by_key(|b| b.index);
+        for b in used {
+            let offset = self.granularity.as_nanos().saturating_mul(u128::from(b.index));
+            let start = u64::try_from(offset).ok().and_then(|n| self.base.checked_add(Duration::from_nanos(n)));
+            if let Some(start) = start {
+                window.add(start, b.seconds, b.request_seconds, b.arrivals);
+            }
+        }
+        window
     }
 
     fn add(&mut self, t: Instant, seconds: f64, request_seconds: f64, arrivals: f64) {
@@ -218,18 +258,46 @@ impl MaxWindow {
     }
 }
 
+/// The windows of a policy, in time and in buckets.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Windows {
+    /// Stable window (at least one tick).
+    stable: Duration,
+    /// Panic window (at least one tick, at most the stable window).
+    panic: Duration,
+    /// Bucket width.
+    granularity: Duration,
+    /// Buckets in the stable and panic windows.
+    stable_buckets: u64,
+    panic_buckets: u64,
+}
+
+impl Windows {
+    fn of(policy: &ScalingPolicy, tick: Duration) -> Self {
+        let stable = policy.stable_window.max(tick);
+        let panic_fraction = finite_or(policy.panic_window_percent, 10.0) / 100.0;
+        let panic = stable.mul_f64(panic_fraction.clamp(0.0, 1.0)).clamp(tick, stable);
+        // One-second buckets when possible, finer when the panic window is shorter,
+        // coarser when the stable window would need too many.
+        let granularity = PREFERRED_GRANULARITY
+            .min(panic)
+            .max(div_duration(stable, MAX_BUCKETS))
+            .max(Duration::from_nanos(1));
+        let stable_buckets = ceil_div(stable, granularity).max(1);
+        let panic_buckets = round_div(panic, granularity).clamp(1, stable_buckets);
+        Windows { stable, panic, granularity, stable_buckets, panic_buckets }
+    }
+}
+
 /// The scaling decider of one Revision.
 #[derive(Debug)]
 pub struct Scaler {
     policy: ScalingPolicy,
+    /// The caller's settings, before the policy's cluster part.
+    base: ScalerConfig,
+    /// The settings in effect: `base` with the policy's cluster part.
     config: ScalerConfig,
-    /// Stable window (at least one tick).
-    stable_window: Duration,
-    /// Panic window (at least one tick, at most the stable window).
-    panic_window: Duration,
-    /// Buckets in the stable and panic windows.
-    stable_buckets: u64,
-    panic_buckets: u64,
+    windows: Windows,
     load: LoadWindow,
     delay: Option<MaxWindow>,
     /// End of the last observation's interval (creation time before any).
@@ -247,32 +315,19 @@ pub struct Scaler {
 }
 
 impl Scaler {
-    /// A decider for a Revision loaded at `now`.
-    pub fn new(policy: ScalingPolicy, config: ScalerConfig, now: Instant) -> Self {
-        let tick = config.tick.max(Duration::from_millis(1));
-        let stable_window = policy.stable_window.max(tick);
-        let panic_fraction = finite_or(policy.panic_window_percent, 10.0) / 100.0;
-        let panic_window = stable_window
-            .mul_f64(panic_fraction.clamp(0.0, 1.0))
-            .clamp(tick, stable_window);
-        // One-second buckets when possible, finer when the panic window is shorter,
-        // coarser when the stable window would need too many.
-        let granularity = PREFERRED_GRANULARITY
-            .min(panic_window)
-            .max(div_duration(stable_window, MAX_BUCKETS))
-            .max(Duration::from_nanos(1));
-        let stable_buckets = ceil_div(stable_window, granularity).max(1);
-        let panic_buckets = round_div(panic_window, granularity).clamp(1, stable_buckets);
+    /// A decider for a Revision loaded at `now`, with `base` for what the
+    /// policy's cluster part does not say.
+    pub fn new(policy: ScalingPolicy, base: ScalerConfig, now: Instant) -> Self {
+        let tick = tick_of(&base);
+        let windows = Windows::of(&policy, tick);
         let delay = (!policy.scale_down_delay.is_zero())
             .then(|| MaxWindow::new(now, policy.scale_down_delay, tick));
         Self {
-            load: LoadWindow::new(now, granularity, stable_buckets),
+            load: LoadWindow::new(now, windows.granularity, windows.stable_buckets),
+            config: base.with_cluster(policy.cluster.as_ref()),
+            base,
             policy,
-            config,
-            stable_window,
-            panic_window,
-            stable_buckets,
-            panic_buckets,
+            windows,
             delay,
             last_sample: now,
             has_data: false,
@@ -288,14 +343,35 @@ impl Scaler {
         &self.policy
     }
 
-    /// The cluster settings in use.
+    /// The settings in effect: the policy's cluster part over the caller's.
     pub fn config(&self) -> &ScalerConfig {
         &self.config
     }
 
     /// The stable and panic windows in effect (after the one-tick minimums).
     pub fn windows(&self) -> (Duration, Duration) {
-        (self.stable_window, self.panic_window)
+        (self.windows.stable, self.windows.panic)
+    }
+
+    /// Applies a changed policy from `now` on, keeping what was observed: the
+    /// load (moved into the new windows' buckets), the last activity, panic
+    /// mode and a wake-up in progress. A changed `scale-down-delay` starts
+    /// holding decisions afresh.
+    pub fn update_policy(&mut self, policy: ScalingPolicy, now: Instant) {
+        if policy == self.policy {
+            return;
+        }
+        let tick = tick_of(&self.base);
+        let windows = Windows::of(&policy, tick);
+        if (windows.granularity, windows.stable_buckets) != (self.windows.granularity, self.windows.stable_buckets) {
+            self.load = self.load.rebucketed(windows.granularity, windows.stable_buckets);
+        }
+        if policy.scale_down_delay != self.policy.scale_down_delay {
+            self.delay = (!policy.scale_down_delay.is_zero()).then(|| MaxWindow::new(now, policy.scale_down_delay, tick));
+        }
+        self.config = self.base.with_cluster(policy.cluster.as_ref());
+        self.windows = windows;
+        self.policy = policy;
     }
 
     /// One observation: average in-flight requests (executing + queued) over the
@@ -318,7 +394,7 @@ impl Scaler {
         }
         let mut arrivals = arrivals as f64;
         let mut seconds = interval.as_secs_f64();
-        let window = self.stable_window.as_secs_f64();
+        let window = self.windows.stable.as_secs_f64();
         if seconds > window {
             arrivals *= window / seconds;
             seconds = window;
@@ -331,8 +407,8 @@ impl Scaler {
 
     /// The decision at `now` given the fibers alive now; call every `config.tick`.
     pub fn decide(&mut self, now: Instant, current: u32) -> Decision {
-        let stable = self.load.average(now, self.stable_buckets);
-        let panic = self.load.average(now, self.panic_buckets);
+        let stable = self.load.average(now, self.windows.stable_buckets);
+        let panic = self.load.average(now, self.windows.panic_buckets);
         let mut decision = Decision {
             desired: 0,
             panicking: false,
@@ -386,7 +462,7 @@ impl Scaler {
         if over_threshold {
             self.panic_since = Some(now);
         } else if let Some(since) = self.panic_since
-            && now.saturating_duration_since(since) > self.stable_window
+            && now.saturating_duration_since(since) > self.windows.stable
         {
             self.panic_since = None;
             self.max_panic = 0;
@@ -462,16 +538,17 @@ impl Scaler {
 
     fn activation_floor(&self, now: Instant) -> u32 {
         match self.activation {
-            Some((at, fibers)) if now.saturating_duration_since(at) < self.stable_window => fibers,
+            Some((at, fibers)) if now.saturating_duration_since(at) < self.windows.stable => fibers,
             _ => 0,
         }
     }
 
     fn may_scale_to_zero(&self, now: Instant) -> bool {
+        // Upstream waits for the longer of the two (`lastPodMaxTimeout`).
         let idle_needed = self
             .config
             .scale_to_zero_grace_period
-            .saturating_add(self.policy.scale_to_zero_retention);
+            .max(self.policy.scale_to_zero_retention);
         self.config.enable_scale_to_zero
             && self.policy.min_scale == 0
             && now.saturating_duration_since(self.last_activity) >= idle_needed
@@ -481,6 +558,11 @@ impl Scaler {
     fn buffered_buckets(&self) -> usize {
         self.load.buckets.len() + self.delay.as_ref().map_or(0, |d| d.buckets.len())
     }
+}
+
+/// The decision interval, at least a millisecond.
+fn tick_of(config: &ScalerConfig) -> Duration {
+    config.tick.max(Duration::from_millis(1))
 }
 
 fn bucket_index(base: Instant, granularity: Duration, t: Instant) -> u64 {
@@ -535,6 +617,11 @@ mod tests {
 
     fn policy() -> ScalingPolicy {
         ScalingPolicy::default()
+    }
+
+    /// `config-autoscaler`'s defaults, as a policy's cluster part.
+    fn default_cluster() -> ClusterScaling {
+        lampyr_api::autoscaler::AutoscalerConfig::default().cluster_scaling()
     }
 
     /// Drives a scaler in ticks, applying each decision as the next tick's fiber count.
@@ -778,9 +865,23 @@ mod tests {
 
     #[test]
     fn scale_to_zero_only_after_grace_and_retention() {
+        // Upstream waits for the longer of the grace period and the retention period.
+        for (retention, zero_after) in [(secs(10), secs(30)), (secs(40), secs(40))] {
+            let mut p = policy();
+            p.stable_window = secs(6);
+            p.scale_to_zero_retention = retention;
+            let mut sim = Sim::new(p, ScalerConfig::default(), 1);
+            sim.run(10, 0.7, 2);
+            let last_traffic = sim.t;
+            while sim.tick(0.0, 0).desired == 1 {
+                assert!(sim.t < last_traffic + secs(100), "never scaled to zero");
+            }
+            assert_eq!(sim.t - last_traffic, zero_after, "retention {retention:?}");
+        }
+
         let mut p = policy();
         p.stable_window = secs(6);
-        p.scale_to_zero_retention = secs(10);
+        p.scale_to_zero_retention = secs(40);
         let mut sim = Sim::new(p.clone(), ScalerConfig::default(), 1);
         sim.run(10, 0.7, 2);
         let last_traffic = sim.t;
@@ -830,6 +931,84 @@ mod tests {
         p.min_scale = 1;
         let mut sim = Sim::new(p, ScalerConfig::default(), 1);
         assert_eq!(sim.run(100, 0.0, 0).desired, 1);
+    }
+
+    #[test]
+    fn the_policys_cluster_part_replaces_the_callers_settings() {
+        let cluster = ClusterScaling {
+            enable_scale_to_zero: false,
+            scale_to_zero_grace_period: secs(5),
+            max_scale_up_rate: 2.0,
+            max_scale_down_rate: 4.0,
+        };
+        let base = ScalerConfig { tick: secs(1), max_fibers: 9, ..ScalerConfig::default() };
+        let with = base.with_cluster(Some(&cluster));
+        assert_eq!(
+            with,
+            ScalerConfig {
+                tick: secs(1),
+                scale_to_zero_grace_period: secs(5),
+                enable_scale_to_zero: false,
+                max_scale_up_rate: 2.0,
+                max_scale_down_rate: 4.0,
+                max_fibers: 9,
+            }
+        );
+        assert_eq!(base.with_cluster(None), base, "a Home from an older controller: the caller's settings");
+        let mut p = policy();
+        p.cluster = Some(cluster);
+        assert_eq!(Scaler::new(p, base, Instant::now()).config(), &with);
+
+        // The grace period comes from the policy: 5 s here, not the caller's 30 s.
+        let mut p = policy();
+        p.stable_window = secs(6);
+        p.cluster = Some(ClusterScaling { scale_to_zero_grace_period: secs(6), ..default_cluster() });
+        let mut sim = Sim::new(p, ScalerConfig::default(), 1);
+        sim.run(5, 0.7, 2);
+        let last_traffic = sim.t;
+        while sim.tick(0.0, 0).desired == 1 {
+            assert!(sim.t < last_traffic + secs(60), "never scaled to zero");
+        }
+        assert_eq!(sim.t - last_traffic, secs(6));
+    }
+
+    #[test]
+    fn a_changed_policy_applies_at_once_and_keeps_what_was_observed() {
+        let mut p = policy();
+        p.stable_window = secs(6);
+        let mut sim = Sim::new(p.clone(), ScalerConfig::default(), 1);
+        sim.run(10, 0.7, 2);
+        let last_traffic = sim.t;
+        sim.run(3, 0.0, 0);
+        // The cluster disables scale to zero: the idle Revision keeps its fiber.
+        let mut held = p.clone();
+        held.cluster = Some(ClusterScaling { enable_scale_to_zero: false, ..default_cluster() });
+        sim.scaler.update_policy(held, sim.now());
+        assert!(!sim.scaler.config().enable_scale_to_zero);
+        assert_eq!(sim.run(40, 0.0, 0).desired, 1, "never to zero while disabled");
+        // A shorter grace period: idle time counts from the last traffic, before the change.
+        let mut short = p.clone();
+        short.cluster = Some(ClusterScaling { scale_to_zero_grace_period: secs(2), ..default_cluster() });
+        sim.scaler.update_policy(short, sim.now());
+        assert!(sim.t - last_traffic > secs(30));
+        assert_eq!(sim.tick(0.0, 0).desired, 0, "at once: idle for long enough already");
+
+        // A new stable window keeps the load observed so far.
+        let mut sim = Sim::new(p.clone(), ScalerConfig::default(), 5);
+        sim.run(10, 3.5, 10);
+        let mut longer = p.clone();
+        longer.stable_window = secs(60);
+        sim.scaler.update_policy(longer, sim.now());
+        assert_eq!(sim.scaler.windows(), (secs(60), secs(6)));
+        let d = sim.scaler.decide(sim.now(), 5);
+        assert!((d.stable_concurrency - 3.5).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.desired, 5);
+        // A higher min-scale applies at the next decision.
+        let mut floor = p;
+        floor.stable_window = secs(60);
+        floor.min_scale = 8;
+        sim.scaler.update_policy(floor, sim.now());
+        assert_eq!(sim.tick(3.5, 10).desired, 8);
     }
 
     #[test]

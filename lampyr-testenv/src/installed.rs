@@ -47,7 +47,8 @@ impl InstalledLampyr {
         SHARED.get_or_init(|| {
             let cluster = Cluster::shared();
             let registry = TestRegistry::start();
-            let tuning = vec!["--scale-tick=0.5".to_string(), "--scale-to-zero-grace=5".to_string()];
+            // Scale-to-zero settings come from config-autoscaler, through each Home.
+            let tuning = vec!["--scale-tick=0.5".to_string()];
             let programs = vec![
                 PodProgram::grant_fiberd(workspace_binary("lampyr-fiberd", "fiberd"), tuning, true),
                 component("lampyr-controller", workspace_binary("lampyr-reconcile", "lampyr-controller"), "--metrics-addr"),

@@ -102,8 +102,8 @@ impl LampyrStack {
                     vec![
                         format!("--kubeconfig={}", kubeconfig.display()),
                         format!("--plain-http-registry={}", registry.host()),
+                        // Scale-to-zero settings come from config-autoscaler, through each Home.
                         "--scale-tick=0.5".into(),
-                        "--scale-to-zero-grace=5".into(),
                     ],
                     false,
                 )],

@@ -55,7 +55,8 @@ struct Args {
     /// Seconds between scaler decisions.
     #[arg(long, default_value_t = 2.0)]
     scale_tick: f64,
-    /// Seconds without traffic before a Revision with min-scale 0 drops its last fiber.
+    /// Seconds without traffic before a Revision with min-scale 0 drops its last fiber, for
+    /// Homes that carry no config-autoscaler settings (written by an older lampyr-controller).
     #[arg(long, default_value_t = 30.0)]
     scale_to_zero_grace: f64,
     /// Least seconds between two status writes for one Home (warm fiber updates).

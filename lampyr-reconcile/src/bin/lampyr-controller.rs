@@ -60,6 +60,17 @@ struct Args {
     /// `serving.knative.dev/progress-deadline` annotation overrides it).
     #[arg(long, default_value = "10m", value_parser = go_duration)]
     progress_deadline: Duration,
+    /// The ConfigMap with the cluster's autoscaler settings, NAMESPACE/NAME (upstream's config-autoscaler).
+    #[arg(long, default_value = "knative-serving/config-autoscaler", value_parser = namespaced_name)]
+    autoscaler_config: (String, String),
+}
+
+/// Parses `NAMESPACE/NAME`.
+fn namespaced_name(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok((ns.into(), name.into())),
+        _ => Err(format!("{text:?} is not NAMESPACE/NAME")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -79,6 +90,7 @@ async fn run(args: Args) -> Result<(), String> {
     config.concurrency = args.concurrency;
     config.resync = args.resync;
     config.progress_deadline = args.progress_deadline;
+    config.autoscaler_config = args.autoscaler_config.clone();
 
     let metrics = Metrics::default();
     let mut registry = Registry::default();
@@ -100,6 +112,8 @@ async fn run(args: Args) -> Result<(), String> {
 
     let health = Health::default();
     let api = health.check("api");
+    let autoscaler_config = health.check("autoscaler-config");
+    autoscaler_config.set_not_ready("config-autoscaler not read yet");
     let admin = AdminServer::bind(args.common.metrics_addr, registry, health)
         .await
         .map_err(|e| format!("cannot serve /metrics on {}: {e}", args.common.metrics_addr))?;
@@ -107,6 +121,13 @@ async fn run(args: Args) -> Result<(), String> {
     tokio::spawn(admin.serve(stopped()));
     revision::check_crds(&client).await.map_err(|e| e.to_string())?;
     api.set_ready();
+    // Every replica reads config-autoscaler, so a standby is ready to lead with it.
+    tokio::spawn(revision::watch_autoscaler_config(Arc::clone(&context)));
+    let settings = Arc::clone(&context);
+    tokio::spawn(async move {
+        settings.autoscaler().synced().await;
+        autoscaler_config.set_ready();
+    });
 
     let work = revision::run(context, stopped());
     if !args.common.leader_elect {

@@ -26,6 +26,9 @@ pub struct Metrics {
     pub child_applies: Family<Labels, Counter>,
     /// 1 while this process leads (or runs without leader election), else 0.
     pub leader: Gauge,
+    /// 1 while the autoscaler settings in effect are `config-autoscaler`'s
+    /// (upstream's defaults when it does not exist), 0 while it is invalid or unread.
+    pub autoscaler_config_valid: Gauge,
 }
 
 impl Default for Metrics {
@@ -39,6 +42,7 @@ impl Default for Metrics {
             status_writes: Family::default(),
             child_applies: Family::default(),
             leader: Gauge::default(),
+            autoscaler_config_valid: Gauge::default(),
         }
     }
 }
@@ -58,6 +62,11 @@ impl Metrics {
         r.register("status_writes", "Status writes, by object", self.status_writes.clone());
         r.register("child_applies", "Server-side applies of owned objects, by kind", self.child_applies.clone());
         r.register("leader", "1 while this process reconciles (holds the lease)", self.leader.clone());
+        r.register(
+            "autoscaler_config_valid",
+            "1 while config-autoscaler's settings are in effect, 0 while it is invalid (the last valid ones are) or unread",
+            self.autoscaler_config_valid.clone(),
+        );
     }
 
     pub(crate) fn count(family: &Family<Labels, Counter>, key: &'static str, value: &'static str) {

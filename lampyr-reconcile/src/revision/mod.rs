@@ -5,10 +5,13 @@
 //! and reports upstream's Revision status. See `docs/lampyr-controller.md`.
 //!
 //! A reconcile is a function of what it observes (the Revision, its children,
-//! the artifact) followed by idempotent writes: server-side applies with field
-//! manager [`FIELD_MANAGER`], and status writes only when the status changed.
+//! the artifact, the cluster's `config-autoscaler`) followed by idempotent
+//! writes: server-side applies with field manager [`FIELD_MANAGER`], and status
+//! writes only when the status changed. A change of `config-autoscaler`
+//! reconciles every Revision again.
 
 pub mod artifact;
+pub mod autoscaler;
 pub mod children;
 pub mod metrics;
 pub mod status;
@@ -16,6 +19,7 @@ pub mod status;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -31,10 +35,11 @@ use kube::{Client, Resource, ResourceExt};
 use lampyr_api::conditions::revision;
 use lampyr_api::{CapacityGrant, Home, HomeStatus, Revision, RevisionStatus, RevisionTemplateSpec, keys};
 use lampyr_fiber::registry::RegistryError;
-use lampyr_fiber::translate::translate;
+use lampyr_fiber::translate::{Rules, translate_with};
 use serde::Serialize;
 
 pub use artifact::{ArtifactProblem, ArtifactResolver, ResolvedArtifact};
+pub use autoscaler::AutoscalerSettings;
 pub use children::{FIELD_MANAGER, GrantSizing, Ownership};
 pub use metrics::Metrics;
 
@@ -68,6 +73,8 @@ pub struct ControllerConfig {
     /// `progress-deadline`); a Revision's `serving.knative.dev/progress-deadline`
     /// annotation overrides it.
     pub progress_deadline: Duration,
+    /// The ConfigMap holding the cluster's autoscaler settings, `(namespace, name)`.
+    pub autoscaler_config: (String, String),
 }
 
 impl ControllerConfig {
@@ -89,6 +96,10 @@ impl ControllerConfig {
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
             progress_deadline: Duration::from_secs(600),
+            autoscaler_config: (
+                lampyr_api::autoscaler::CONFIG_MAP_NAMESPACE.to_string(),
+                lampyr_api::autoscaler::CONFIG_MAP_NAME.to_string(),
+            ),
         }
     }
 
@@ -173,6 +184,9 @@ pub struct Context {
     artifacts: ArtifactResolver,
     metrics: Metrics,
     failures: Mutex<HashMap<String, u32>>,
+    autoscaler: Arc<AutoscalerSettings>,
+    /// Whether [`watch_autoscaler_config`] runs for this context.
+    watching_autoscaler: AtomicBool,
 }
 
 impl Context {
@@ -185,12 +199,25 @@ impl Context {
         config.validate()?;
         let _ = rustls::crypto::ring::default_provider().install_default();
         let artifacts = ArtifactResolver::new(&config.cache_dir, &config.plain_http_registries)?;
-        Ok(Context { client, config, artifacts, metrics, failures: Mutex::new(HashMap::new()) })
+        Ok(Context {
+            client,
+            config,
+            artifacts,
+            metrics,
+            failures: Mutex::new(HashMap::new()),
+            autoscaler: Arc::default(),
+            watching_autoscaler: AtomicBool::new(false),
+        })
     }
 
     /// The metrics this context records.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The cluster's autoscaler settings in effect.
+    pub fn autoscaler(&self) -> &AutoscalerSettings {
+        &self.autoscaler
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -216,10 +243,27 @@ pub async fn check_crds(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
+/// Watches the cluster's `config-autoscaler` for `context` until the process
+/// ends (see [`autoscaler`]). [`run`] starts it unless it runs already, so a
+/// binary may start it first, for every replica, leader or not.
+pub async fn watch_autoscaler_config(context: Arc<Context>) {
+    if context.watching_autoscaler.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (namespace, name) = context.config.autoscaler_config.clone();
+    autoscaler::watch(context.client.clone(), namespace, name, Arc::clone(&context.autoscaler), context.metrics.clone()).await;
+}
+
 /// Runs the reconciler until `shutdown` completes (then finishes the reconciles
-/// in flight and returns).
+/// in flight and returns). Reconciles start once `config-autoscaler` was read,
+/// so a restart never writes other settings than the cluster's.
 pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     check_crds(&context.client).await?;
+    let watching = (!context.watching_autoscaler.load(Ordering::Acquire))
+        .then(|| tokio::spawn(watch_autoscaler_config(Arc::clone(&context))));
+    let (namespace, name) = &context.config.autoscaler_config;
+    tracing::info!(configmap = %format!("{namespace}/{name}"), "waiting for the cluster's autoscaler settings");
+    context.autoscaler.synced().await;
     let client = context.client.clone();
     let config = &context.config;
     let (revisions, homes, grants, services) = match &config.namespace {
@@ -237,6 +281,7 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
         .owns(homes, ours.clone())
         .owns(grants, ours.clone())
         .owns(services, ours)
+        .reconcile_all_on(context.autoscaler.changes())
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())
@@ -250,6 +295,9 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
             }
         })
         .await;
+    if let Some(watching) = watching {
+        watching.abort();
+    }
     tracing::info!("lampyr-controller: stopped");
     Ok(())
 }
@@ -368,10 +416,15 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         },
     };
 
-    // 2. The fiber policy, by the shared translation.
+    // 2. The fiber policy, by the shared translation, with the cluster's
+    // autoscaler settings as defaults and, for fiberd, its cluster-wide part.
     let template = RevisionTemplateSpec { metadata: rev.metadata.clone(), spec: rev.spec.clone() };
-    let policy = match translate(&template) {
-        Ok(policy) => Some(policy),
+    let autoscaler = ctx.autoscaler.current();
+    let policy = match translate_with(&template, &autoscaler, Rules::Admitted) {
+        Ok(mut policy) => {
+            policy.scaling.cluster = Some(autoscaler.cluster_scaling());
+            Some(policy)
+        }
         Err(unsupported) => {
             deployable = false;
             status::resources_failed(&mut status, status::REASON_UNSUPPORTED_FIELDS, &unsupported.to_string(), &now);
