@@ -124,6 +124,16 @@ impl Containerd {
         address_in(&self.dir)
     }
 
+    /// containerd's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(Process::pid)
+    }
+
+    /// `Err` with its log's tail when containerd has exited.
+    pub fn check_running(&mut self) -> Result<(), String> {
+        self.process.as_mut().map_or(Ok(()), Process::check_running)
+    }
+
     /// Its data directory (root, state, runc root, socket, log).
     pub fn data_dir(&self) -> &Path {
         &self.dir
@@ -406,7 +416,7 @@ fn unescape_mount_path(field: &str) -> String {
 }
 
 /// Detaches every mount under `dir`, deepest first, until none is left.
-fn unmount_under(dir: &Path) -> Result<(), String> {
+pub(crate) fn unmount_under(dir: &Path) -> Result<(), String> {
     for _ in 0..5 {
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("reading mountinfo: {e}"))?;

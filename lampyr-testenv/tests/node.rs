@@ -131,11 +131,12 @@ fn a_real_node_runs_pods_routes_services_answers_dns_and_leaves_nothing_behind()
     assert!(ok && log.contains("kvm is a character device"), "{log}");
 
     // Stopping the node leaves nothing behind.
-    let socket = node.containerd_socket();
-    let dir = socket.parent().and_then(Path::parent).expect("the node's directory").to_path_buf();
+    let containerd_dir = node.containerd_socket().parent().expect("containerd's directory").to_path_buf();
+    let dir = node.data_dir().to_path_buf();
     let id = dir.file_name().and_then(|n| n.to_str()).expect("id").to_string();
     node.shutdown();
     assert!(!dir.exists(), "{} remains", dir.display());
+    assert!(!containerd_dir.exists(), "{} remains", containerd_dir.display());
     assert!(!Path::new("/run/netns").join(&id).exists(), "network namespace {id} remains");
     for hierarchy in ["pids", "memory", "freezer", "unified"] {
         let cgroup = Path::new("/sys/fs/cgroup").join(hierarchy).join(&id);
@@ -143,6 +144,8 @@ fn a_real_node_runs_pods_routes_services_answers_dns_and_leaves_nothing_behind()
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     assert!(!mounts.contains(&id), "mounts of {id} remain");
-    let processes = std::process::Command::new("pgrep").args(["-f", &id]).output().expect("pgrep");
-    assert!(processes.stdout.is_empty(), "processes of {id} remain: {}", String::from_utf8_lossy(&processes.stdout));
+    for name in [id.as_str(), containerd_dir.to_str().expect("utf-8")] {
+        let processes = std::process::Command::new("pgrep").args(["-f", name]).output().expect("pgrep");
+        assert!(processes.stdout.is_empty(), "processes of {name} remain: {}", String::from_utf8_lossy(&processes.stdout));
+    }
 }

@@ -510,9 +510,11 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
         .args(["--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false"]);
     if placement.node {
         // What Pods on a node need: a `default` service account in every namespace, the
-        // `kube-root-ca.crt` ConfigMap their token volumes project, and the Endpoint(Slice)s
-        // kube-proxy and the API server route Services with.
+        // `kube-root-ca.crt` ConfigMap their token volumes project, the Endpoint(Slice)s
+        // kube-proxy and the API server route Services with, and the node lifecycle
+        // controller, which lifts a new node's `not-ready` taint once it reports Ready.
         controllers.extend([
+            "node-lifecycle-controller",
             "serviceaccount-controller",
             "root-ca-certificate-publisher-controller",
             "endpoints-controller",

@@ -1,5 +1,6 @@
-//! The node's configuration files: containerd's, the CNI network's, the
-//! kubelet's and kube-proxy's, each a function of the node's paths and addresses.
+//! The node's configuration files: the CNI network's, the kubelet's and
+//! kube-proxy's, each a function of the node's paths and addresses
+//! (containerd's is [`crate::containerd`]'s).
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -16,69 +17,11 @@ pub const SERVICE_CIDR: &str = "198.19.0.0/16";
 pub const API_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 /// Cluster DNS (the `kube-dns` Service's ClusterIP).
 pub const DNS_SERVICE_IP: &str = "198.19.0.10";
-/// Directory of the CNI plugins (Debian's `containernetworking-plugins`).
-pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
-
-/// Paths of the node's runtime, all under its data directory.
-pub struct Paths<'a> {
-    /// containerd's root (images, snapshots).
-    pub containerd_root: &'a Path,
-    /// containerd's state (tasks, sockets, Pod network namespaces).
-    pub containerd_state: &'a Path,
-    /// containerd's API socket.
-    pub containerd_socket: &'a Path,
-    /// The CNI configuration directory.
-    pub cni_conf_dir: &'a Path,
-    /// host-local IPAM's allocations.
-    pub ipam_dir: &'a Path,
-}
-
-/// containerd 1.6's configuration: CRI with runc (cgroupfs), the node's CNI network,
-/// the locally built pause image, and `restrict_oom_score_adj` (this machine refuses
-/// lowering a process's `oom_score_adj`, which the pause sandbox would otherwise do).
-pub fn containerd(paths: &Paths<'_>, sandbox_image: &str) -> String {
-    let socket = paths.containerd_socket.display();
-    format!(
-        r#"version = 2
-root = "{root}"
-state = "{state}"
-
-[grpc]
-  address = "{socket}"
-
-[ttrpc]
-  address = "{socket}.ttrpc"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{root}/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{sandbox_image}"
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{bin}"
-    conf_dir = "{conf}"
-"#,
-        root = paths.containerd_root.display(),
-        state = paths.containerd_state.display(),
-        bin = CNI_BIN_DIR,
-        conf = paths.cni_conf_dir.display(),
-    )
-}
 
 /// The Pods' network: a bridge with the node as gateway, host-local addresses from
 /// [`POD_SUBNET`], hairpin on (a Pod reaching itself through a Service), no masquerade
 /// (nothing leaves the node), and portmap for hostPorts.
-pub fn cni_network(paths: &Paths<'_>) -> String {
+pub fn cni_network(ipam_dir: &Path) -> String {
     serde_json::json!({
         "cniVersion": "1.0.0",
         "name": "lampyr-node",
@@ -93,7 +36,7 @@ pub fn cni_network(paths: &Paths<'_>) -> String {
                     "type": "host-local",
                     "ranges": [[{ "subnet": POD_SUBNET, "gateway": POD_GATEWAY }]],
                     "routes": [{ "dst": "0.0.0.0/0" }],
-                    "dataDir": paths.ipam_dir,
+                    "dataDir": ipam_dir,
                 },
             },
             { "type": "portmap", "capabilities": { "portMappings": true } },

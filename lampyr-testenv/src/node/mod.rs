@@ -21,7 +21,6 @@
 mod cgroups;
 pub mod config;
 mod images;
-mod mounts;
 mod netns;
 mod serving;
 
@@ -38,6 +37,7 @@ use kube::Api;
 
 use crate::cluster::upstream::Binaries;
 use crate::cluster::{Cluster, Placement, Process, write_kubeconfig};
+use crate::containerd::{CNI_BIN_DIR, Containerd, ContainerdOptions, CriOptions, unmount_under};
 use crate::registry::TestRegistry;
 use cgroups::NodeCgroup;
 use netns::NodeNetwork;
@@ -65,6 +65,7 @@ pub struct Node {
     cgroup: NodeCgroup,
     cluster: Cluster,
     registry: TestRegistry,
+    containerd: Mutex<Option<Containerd>>,
     processes: Mutex<Vec<Process>>,
     images: SystemImages,
     start_time: Duration,
@@ -130,7 +131,16 @@ impl Node {
 
     /// containerd's API socket (for `ctr --address`).
     pub fn containerd_socket(&self) -> PathBuf {
-        self.dir.join("containerd/containerd.sock")
+        self.lock_containerd().as_ref().map(Containerd::address).unwrap_or_default()
+    }
+
+    /// The node's data directory (kubelet, configuration, logs).
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn lock_containerd(&self) -> std::sync::MutexGuard<'_, Option<Containerd>> {
+        self.containerd.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The images every node has (pause, CoreDNS), as built for this node.
@@ -144,39 +154,29 @@ impl Node {
     }
 
     /// Imports an OCI image archive into the node's containerd (namespace `k8s.io`, where
-    /// the kubelet finds images), unpacked for its snapshotter.
-    pub fn import(&self, archive: &Path) -> Result<(), String> {
-        self.ctr(&["images", "import", &archive.display().to_string()])
-            .map(drop)
-            .map_err(|e| format!("importing {}: {e}", archive.display()))
+    /// the kubelet finds images), unpacked for its snapshotter; returns its name and digest.
+    pub fn import(&self, archive: &Path) -> Result<lampyr_images::ImportedImage, String> {
+        self.lock_containerd().as_ref().ok_or("the node's containerd is stopped")?.import(archive)
     }
 
     /// Sends SIGKILL to a container's task (`containerd://ID` as Pod status names it, or the ID).
     pub fn kill_container(&self, container_id: &str) -> Result<(), String> {
         let id = container_id.strip_prefix("containerd://").unwrap_or(container_id);
-        self.ctr(&["tasks", "kill", "--signal", "SIGKILL", id]).map(drop)
-    }
-
-    /// Runs `ctr` against the node's containerd in namespace `k8s.io`; its stdout.
-    pub fn ctr(&self, args: &[&str]) -> Result<String, String> {
-        let socket = self.containerd_socket();
-        let out = Command::new("ctr")
-            .arg("--address")
-            .arg(&socket)
-            .args(["--namespace", "k8s.io"])
-            .args(args)
-            .output()
-            .map_err(|e| format!("running ctr: {e} (Debian's containerd package provides it; run scripts/setup)"))?;
+        let mut ctr = self.lock_containerd().as_ref().ok_or("the node's containerd is stopped")?.ctr();
+        let out = ctr.args(["tasks", "kill", "--signal", "SIGKILL", id]).output().map_err(|e| format!("running ctr: {e}"))?;
         if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            Ok(())
         } else {
-            Err(format!("ctr {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+            Err(format!("ctr tasks kill {id}: {}", String::from_utf8_lossy(&out.stderr).trim()))
         }
     }
 
     /// The end of a node component's log (`containerd`, `kubelet`, `kube-proxy`,
     /// `kube-scheduler`), or of a control-plane component's.
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        if component == "containerd" {
+            return self.lock_containerd().as_ref().map(|c| c.log_tail(lines)).unwrap_or_default();
+        }
         let own = self.dir.join(format!("{component}.log"));
         if own.exists() { crate::cluster::log_tail(&own, lines) } else { self.cluster.log_tail(component, lines) }
     }
@@ -185,6 +185,7 @@ impl Node {
     pub fn check_running(&self) -> Result<(), String> {
         let mut processes = self.processes.lock().unwrap_or_else(|p| p.into_inner());
         processes.iter_mut().try_for_each(Process::check_running)?;
+        self.lock_containerd().as_mut().map_or(Ok(()), Containerd::check_running)?;
         self.cluster.check_running()
     }
 
@@ -198,8 +199,11 @@ impl Node {
         while let Some(mut process) = processes.pop() {
             process.kill();
         }
+        if let Some(mut containerd) = self.lock_containerd().take() {
+            containerd.stop();
+        }
         let _ = self.cgroup.remove();
-        let _ = mounts::unmount_under(&self.dir);
+        let _ = unmount_under(&self.dir);
         self.cluster.shutdown();
         let _ = std::fs::remove_dir_all(&self.dir);
         netns::delete(self.network.name());
@@ -258,7 +262,7 @@ pub fn remove_stale_nodes() {
         }
         let _ = cgroups::remove(&id);
         let dir = std::env::temp_dir().join(&id);
-        let _ = mounts::unmount_under(&dir);
+        let _ = unmount_under(&dir);
         let _ = std::fs::remove_dir_all(&dir);
         netns::delete(&id);
     }
@@ -292,12 +296,13 @@ async fn boot() -> Result<Node, String> {
         cgroup,
         cluster,
         registry,
+        containerd: Mutex::new(None),
         processes: Mutex::new(Vec::new()),
         images,
         start_time: Duration::ZERO,
         stopped: AtomicBool::new(false),
     };
-    start_containerd(&node, deadline).await?;
+    start_containerd(&node)?;
     for archive in node.images.archives() {
         node.import(&archive)?;
     }
@@ -320,7 +325,7 @@ fn require_node_tools() -> Result<(), String> {
         .into_iter()
         .filter(|tool| !SYSTEM_PATH.split(':').any(|dir| Path::new(dir).join(tool).is_file()))
         .collect();
-    let cni = Path::new(config::CNI_BIN_DIR);
+    let cni = Path::new(CNI_BIN_DIR);
     let cni_missing = ["bridge", "host-local", "portmap", "loopback"].iter().any(|p| !cni.join(p).is_file());
     if missing.is_empty() && !cni_missing {
         return Ok(());
@@ -331,35 +336,22 @@ fn require_node_tools() -> Result<(), String> {
     ))
 }
 
-/// containerd (in the node's namespace and cgroup), once its API answers.
-async fn start_containerd(node: &Node, deadline: Instant) -> Result<(), String> {
-    let dir = &node.dir;
-    let root = dir.join("containerd/root");
-    let state = dir.join("containerd/state");
-    let cni_conf = dir.join("cni/net.d");
-    let ipam = dir.join("cni/ipam");
-    for d in [&root, &state, &cni_conf, &ipam] {
+/// containerd (in the node's namespace and cgroup, with the node's CNI network), once its API answers.
+fn start_containerd(node: &Node) -> Result<(), String> {
+    let cni_conf = node.dir.join("cni/net.d");
+    let ipam = node.dir.join("cni/ipam");
+    for d in [&cni_conf, &ipam] {
         std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
     }
-    let socket = node.containerd_socket();
-    let paths = config::Paths {
-        containerd_root: &root,
-        containerd_state: &state,
-        containerd_socket: &socket,
-        cni_conf_dir: &cni_conf,
-        ipam_dir: &ipam,
-    };
-    write(&cni_conf.join("10-lampyr-node.conflist"), &config::cni_network(&paths))?;
-    let config_file = dir.join("containerd/config.toml");
-    write(&config_file, &config::containerd(&paths, &node.images.pause))?;
-    let mut containerd = Command::new("containerd");
-    containerd.arg("--config").arg(&config_file);
-    let pid = node.spawn("containerd", containerd)?;
+    write(&cni_conf.join("10-lampyr-node.conflist"), &config::cni_network(&ipam))?;
+    let containerd = Containerd::start(ContainerdOptions {
+        cri: Some(CriOptions::new(node.images.pause.clone(), cni_conf)),
+        network_namespace: Some(node.network.path()),
+    })?;
     // Its shims, and through them every container, are born in the node's cgroup.
+    let pid = containerd.pid().ok_or("containerd is not running")?;
     node.cgroup.adopt("runtime", pid)?;
-    while node.ctr(&["version"]).is_err() {
-        node.poll(deadline, "containerd's API").await?;
-    }
+    *node.lock_containerd() = Some(containerd);
     Ok(())
 }
 
