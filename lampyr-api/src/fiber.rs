@@ -343,6 +343,17 @@ pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
     Ok(out)
 }
 
+/// The repository of an image reference, as a GrantPolicy's `allowedRepositories` lists
+/// it: the reference without `@digest` and without a `:tag` on its last path segment.
+pub fn repository_of(image: &str) -> &str {
+    let without_digest = image.split_once('@').map_or(image, |(repo, _)| repo);
+    let last_slash = without_digest.rfind('/').map_or(0, |i| i + 1);
+    match without_digest[last_slash..].find(':') {
+        Some(colon) => &without_digest[..last_slash + colon],
+        None => without_digest,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

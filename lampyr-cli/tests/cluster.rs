@@ -16,18 +16,18 @@ use lampyr_testenv::Cluster;
 use serde_json::Value;
 use support::{DIGEST, Ly, health_table, path, stderr, text};
 
-struct Env(Ly);
+struct Env(Ly<'static>);
 
 impl Deref for Env {
-    type Target = Ly;
-    fn deref(&self) -> &Ly {
+    type Target = Ly<'static>;
+    fn deref(&self) -> &Ly<'static> {
         &self.0
     }
 }
 
 impl Env {
     fn new() -> Self {
-        Env(Ly::new(Cluster::shared()))
+        Env(support::ly(Cluster::shared()))
     }
 
     fn ly(&self, args: &[&str]) -> std::process::Output {

@@ -20,20 +20,20 @@ use support::{Ly, health_table, path, stderr, text};
 const FLEET_KEY: &str = "secret/lampyr-fiberd-seal-key";
 
 /// The fleet key Secret's key, if it exists.
-fn fleet_key(ly: &Ly) -> Option<String> {
+fn fleet_key(ly: &Ly<'_>) -> Option<String> {
     let out = ly.kubectl(&["get", FLEET_KEY, "-n", "default", "--ignore-not-found", "-o", "jsonpath={.data.key}"]);
     Some(text(&out)).filter(|k| !k.is_empty())
 }
 
 /// Knative Service `name` in `default` as JSON.
-fn live_service(ly: &Ly, name: &str) -> Value {
+fn live_service(ly: &Ly<'_>, name: &str) -> Value {
     let out = ly.kubectl(&["get", &format!("services.serving.knative.dev/{name}"), "-n", "default", "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 /// `ly deploy ARGS` must fail saying `message`, with no fleet key and no Service made.
-fn refused(ly: &Ly, args: &[&str], message: &str) {
+fn refused(ly: &Ly<'_>, args: &[&str], message: &str) {
     let out = ly.deploy(args);
     assert!(!out.status.success(), "{args:?} must be refused:\n{}", stderr(&out));
     assert!(stderr(&out).contains(message), "{args:?}: expected {message:?} in:\n{}", stderr(&out));
@@ -42,7 +42,7 @@ fn refused(ly: &Ly, args: &[&str], message: &str) {
 }
 
 /// Home `name` in `default` as JSON, once it contains `words` (a fiberd's load failure).
-async fn home_reporting(stack: &InstalledLampyr, ly: &Ly, name: &str, words: &str) -> String {
+async fn home_reporting(stack: &InstalledLampyr, ly: &Ly<'_>, name: &str, words: &str) -> String {
     stack
         .poll(&format!("Home {name} reporting {words:?}"), Duration::from_millis(200), async || {
             let out = ly.kubectl(&["get", &format!("homes.fiber.lampyr.dev/{name}"), "-n", "default", "-o", "json", "--ignore-not-found"]);
@@ -53,7 +53,7 @@ async fn home_reporting(stack: &InstalledLampyr, ly: &Ly, name: &str, words: &st
 
 /// Waits until `ly cluster health` passes every check but cert-manager's (not installed here:
 /// its manifests are not available offline), with the installed Deployments' Pods running.
-async fn healthy_but_cert_manager(stack: &InstalledLampyr, ly: &Ly) {
+async fn healthy_but_cert_manager(stack: &InstalledLampyr, ly: &Ly<'_>) {
     let mut last = String::new();
     let table = stack
         .poll("ly cluster health passing all but cert-manager", Duration::from_millis(500), async || {
@@ -67,7 +67,7 @@ async fn healthy_but_cert_manager(stack: &InstalledLampyr, ly: &Ly) {
     assert_eq!(table.get("cert-manager"), Some(&false), "cert-manager is honestly absent:\n{last}");
 }
 
-fn deploy_hello(ly: &Ly) -> String {
+fn deploy_hello(ly: &Ly<'_>) -> String {
     let hello = repo_root().join("examples/hello");
     let out = ly.deploy(&[path(&hello), "--timeout", "120"]);
     assert!(out.status.success(), "deploy failed:\n{}", stderr(&out));
@@ -77,7 +77,7 @@ fn deploy_hello(ly: &Ly) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     let stack = InstalledLampyr::shared();
-    let ly = Ly::new(stack.cluster);
+    let ly = support::ly(stack.cluster);
     let registry = stack.registry.host();
     let mirror = format!("{{\"localhost:{}\": {{registry: \"{registry}\", plainHttp: true}}}}", stack.registry.addr().port());
     let settings = ly.settings(

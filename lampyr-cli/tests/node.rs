@@ -28,7 +28,7 @@ const NODE_PORT: u16 = 30080;
 const DOMAIN: &str = "apps.example.org";
 
 /// Every Pod of `namespace` (all namespaces when empty) as JSON objects.
-fn pods(ly: &Ly, namespace: &str) -> Vec<Value> {
+fn pods(ly: &Ly<'_>, namespace: &str) -> Vec<Value> {
     let mut args = vec!["get", "pods", "-o", "json"];
     match namespace {
         "" => args.push("--all-namespaces"),
@@ -40,24 +40,34 @@ fn pods(ly: &Ly, namespace: &str) -> Vec<Value> {
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
-/// Asserts that every container of every Pod in `namespaces` runs in the node's containerd
-/// from an image this checkout built (its image ID is the built digest).
-fn assert_real_containers(ly: &Ly, images: &RuntimeImages, namespaces: &[&str]) {
-    let built: BTreeMap<String, String> = images.images.iter().map(|i| (i.repository(), i.digest.clone())).collect();
+/// Asserts that every container (init containers too) of every Pod in `namespaces` ran in the
+/// node's containerd from an image this checkout built: the image ID the kubelet reports is
+/// the built image's manifest or config digest.
+fn assert_real_containers(ly: &Ly<'_>, images: &RuntimeImages, namespaces: &[&str]) {
     for namespace in namespaces {
         for pod in pods(ly, namespace) {
             let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
             let statuses = pod["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
             assert!(!statuses.is_empty(), "Pod {namespace}/{name} has no running container:\n{pod:#}");
-            for status in statuses {
+            let init = pod["status"]["initContainerStatuses"].as_array().cloned().unwrap_or_default();
+            for status in statuses.into_iter().chain(init) {
                 let id = status["containerID"].as_str().unwrap_or_default();
                 assert!(id.starts_with("containerd://"), "{namespace}/{name}: not a containerd container: {status:#}");
                 let image = status["image"].as_str().unwrap_or_default();
-                let repository = image.split(['@']).next().unwrap_or_default();
-                let repository = repository.rsplit_once(':').filter(|(_, tag)| !tag.contains('/')).map_or(repository, |(r, _)| r);
-                let digest = built.get(repository).unwrap_or_else(|| panic!("{namespace}/{name} runs {image}, not a built image"));
                 let image_id = status["imageID"].as_str().unwrap_or_default();
-                assert!(image_id.ends_with(digest.as_str()), "{namespace}/{name}: image ID {image_id} is not the built {digest}");
+                // A kubelet names an image by the reference it pulled, or by its config digest
+                // when it pulled a digest; the image ID is `repository@manifest-digest` or the config digest.
+                let built = images
+                    .images
+                    .iter()
+                    .find(|i| lampyr_api::fiber::repository_of(image) == i.repository() || image == i.config_digest || image_id.ends_with(&i.digest))
+                    .unwrap_or_else(|| panic!("{namespace}/{name} runs {image} ({image_id}), not a built image"));
+                assert!(
+                    image_id.ends_with(&built.config_digest) || image_id.ends_with(&built.digest),
+                    "{namespace}/{name}: image ID {image_id} is not the built {} ({})",
+                    built.digest,
+                    built.config_digest
+                );
             }
         }
     }
@@ -65,18 +75,24 @@ fn assert_real_containers(ly: &Ly, images: &RuntimeImages, namespaces: &[&str]) 
 
 /// `ly cluster health` until every check but cert-manager's passes (cert-manager and its
 /// csi-driver cannot be installed offline); returns the table.
-async fn healthy_but_cert_manager(serving: &NodeIngress<'_>, ly: &Ly) -> BTreeMap<String, bool> {
-    let mut last = String::new();
-    let table = serving
-        .poll("ly cluster health passing all but cert-manager", Duration::from_secs(2), async || {
-            let health = ly.cluster(&["health"]);
-            last = text(&health);
-            let table = health_table(&health);
-            (!table.is_empty() && table.iter().all(|(check, passed)| *passed || check == "cert-manager")).then_some(table)
-        })
-        .await;
-    assert_eq!(table.get("cert-manager"), Some(&false), "cert-manager is honestly absent:\n{last}");
-    table
+async fn healthy_but_cert_manager(serving: &NodeIngress<'_>, ly: &Ly<'_>) -> BTreeMap<String, bool> {
+    let deadline = std::time::Instant::now() + lampyr_testenv::PATIENCE;
+    loop {
+        let health = ly.cluster(&["health"]);
+        let table = health_table(&health);
+        if !table.is_empty() && table.iter().all(|(check, passed)| *passed || check == "cert-manager") {
+            assert_eq!(table.get("cert-manager"), Some(&false), "cert-manager is honestly absent:\n{}", text(&health));
+            return table;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ly cluster health passing all but cert-manager:\n{}{}\n{}",
+            text(&health),
+            stderr(&health),
+            serving.lampyr_logs()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// GETs `host/` through the NodePort `count` times; returns how often each body came back.
@@ -91,7 +107,7 @@ async fn answers(serving: &NodeIngress<'_>, host: &str, count: usize) -> BTreeMa
 }
 
 /// The fiberd container of the grant Pod serving `revision` in `namespace`: (Pod, container ID, restarts).
-fn grant_fiberd(ly: &Ly, namespace: &str, revision: &str) -> (String, String, i64) {
+fn grant_fiberd(ly: &Ly<'_>, namespace: &str, revision: &str) -> (String, String, i64) {
     let out = ly.kubectl(&["get", "homes.fiber.lampyr.dev", revision, "-n", namespace, "-o", "jsonpath={.spec.grantName}"]);
     let grant = text(&out);
     assert!(!grant.is_empty(), "Home {revision} names no grant: {}", stderr(&out));
@@ -112,15 +128,18 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     let node = Node::shared();
     let serving = NodeIngress { node, port: NODE_PORT };
 
-    // 1. The runtime images, built from this checkout, loaded into the node.
+    // 1. The runtime images, built from this checkout, pushed to the node's registry, which
+    //    the node's containerd uses as the mirror of the registries they are named under:
+    //    the kubelet pulls each one (by tag, and the grant Pods' by digest).
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
-    for image in &images.images {
-        node.import(&image.archive).unwrap_or_else(|e| panic!("{e}"));
+    images.push(&format!("http://{}", node.registry().host())).await.unwrap_or_else(|e| panic!("{e}"));
+    for registry in images.registries() {
+        node.mirror(&registry).unwrap_or_else(|e| panic!("{e}"));
     }
 
     // 2. A Workspace and a platform.yaml naming those images (grant and helper pinned by
     //    digest), templates in the node's registry; `ly cluster install`.
-    let ly = Ly::new(node.cluster());
+    let ly = support::ly(node.cluster());
     let registry = node.registry().host();
     let templates = format!("[http://{registry}/lampyr/fiberd-templates]");
     let settings = ly.settings(
@@ -128,7 +147,6 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
         &[
             ("grantImage", &images.pinned("fiberd")),
             ("helperImage", &images.pinned("fiberd-helper")),
-            ("routerImage", &images.tagged("fiber-router")),
             ("zygoteRegistries", &templates),
             ("domain", DOMAIN),
         ],
@@ -210,8 +228,12 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
         })
         .await;
     assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Node!\n");
-    let services = kube::Api::<lampyr_api::Service>::namespaced(node.cluster().client().await, "default");
-    serving.ready_host(&services, "hello").await;
+    serving
+        .poll("the Service Ready again", Duration::from_secs(1), async || {
+            let out = ly.kubectl(&["get", "services.serving.knative.dev/hello", "-n", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+            (text(&out) == "True").then_some(())
+        })
+        .await;
 
     // 8. Uninstall leaves no Lampyr object, Pod or image-pull Secret behind.
     let uninstalled = ly.cluster(&["uninstall", "--non-interactive"]);

@@ -15,8 +15,10 @@ pub mod containerd;
 pub mod guests;
 pub mod installed;
 pub mod knative_services;
+pub mod ly;
 pub mod node;
 pub mod registry;
+pub mod runtime_images;
 pub mod stack;
 
 pub use artifacts::{Artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};

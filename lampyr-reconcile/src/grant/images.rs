@@ -20,16 +20,7 @@ pub struct ImageRefused {
     pub allowed: String,
 }
 
-/// The repository of an image reference: the reference without `@digest` and
-/// without a `:tag` on its last path segment.
-pub fn repository_of(image: &str) -> &str {
-    let without_digest = image.split_once('@').map_or(image, |(repo, _)| repo);
-    let last_slash = without_digest.rfind('/').map_or(0, |i| i + 1);
-    match without_digest[last_slash..].find(':') {
-        Some(colon) => &without_digest[..last_slash + colon],
-        None => without_digest,
-    }
-}
+pub use lampyr_api::fiber::repository_of;
 
 /// Every GrantPolicy's `zygoteRegistries`, each once, in policy order: the
 /// repositories grant Pods may pull templates from (none listed: no restriction).

@@ -169,7 +169,8 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
                 { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
             ],
             "ports": [{ "name": "fiberd", "containerPort": port }],
-            "readinessProbe": { "httpGet": { "path": "/healthz", "port": port } },
+            // Probed every second: a grant Pod's readiness gates its Revisions' first fibers.
+            "readinessProbe": { "httpGet": { "path": "/healthz", "port": port }, "periodSeconds": 1 },
             "resources": { "limits": fiberd_limits },
             "securityContext": { "privileged": kvm.privileged },
             "volumeMounts": mounts,

@@ -159,6 +159,20 @@ impl Node {
         self.lock_containerd().as_ref().ok_or("the node's containerd is stopped")?.import(archive)
     }
 
+    /// Makes the node's containerd pull images of `registry` (e.g. `ghcr.io`) from the node's
+    /// own registry, whose repositories keep the paths (`ghcr.io/a/b` → `<node>:5000/a/b`):
+    /// a registry mirror, as a kind or k3d provider sets up. Nothing is fetched from
+    /// `registry` itself (it cannot be reached); pulls by tag and by digest both resolve.
+    pub fn mirror(&self, registry: &str) -> Result<(), String> {
+        let dir = self.dir.join("certs.d").join(registry);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let hosts = format!(
+            "server = \"https://{registry}\"\n\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            self.registry.host()
+        );
+        write(&dir.join("hosts.toml"), &hosts)
+    }
+
     /// Sends SIGKILL to a container's task (`containerd://ID` as Pod status names it, or the ID).
     pub fn kill_container(&self, container_id: &str) -> Result<(), String> {
         let id = container_id.strip_prefix("containerd://").unwrap_or(container_id);
@@ -278,7 +292,7 @@ async fn boot() -> Result<Node, String> {
     let id = unique_id();
     let dir = std::env::temp_dir().join(&id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let network = NodeNetwork::create(&id)?;
+    let network = NodeNetwork::create(&id, config::SERVICE_CIDR)?;
     let cgroup = NodeCgroup::create(&id)?;
     let images = SystemImages::build(&binaries, &dir.join("images"))?;
     let placement = Placement {
@@ -344,10 +358,11 @@ fn start_containerd(node: &Node) -> Result<(), String> {
         std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
     }
     write(&cni_conf.join("10-lampyr-node.conflist"), &config::cni_network(&ipam))?;
-    let containerd = Containerd::start(ContainerdOptions {
-        cri: Some(CriOptions::new(node.images.pause.clone(), cni_conf)),
-        network_namespace: Some(node.network.path()),
-    })?;
+    let certs = node.dir.join("certs.d");
+    std::fs::create_dir_all(&certs).map_err(|e| format!("creating {}: {e}", certs.display()))?;
+    let mut cri = CriOptions::new(node.images.pause.clone(), cni_conf);
+    cri.registry_config_path = Some(certs);
+    let containerd = Containerd::start(ContainerdOptions { cri: Some(cri), network_namespace: Some(node.network.path()) })?;
     // Its shims, and through them every container, are born in the node's cgroup.
     let pid = containerd.pid().ok_or("containerd is not running")?;
     node.cgroup.adopt("runtime", pid)?;

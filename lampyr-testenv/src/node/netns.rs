@@ -24,8 +24,9 @@ pub struct NodeNetwork {
 }
 
 impl NodeNetwork {
-    /// Creates namespace `name` and links it to the host through the first free /30.
-    pub fn create(name: &str) -> Result<NodeNetwork, String> {
+    /// Creates namespace `name` and links it to the host through the first free /30;
+    /// `service_cidr` is routed on the link (see [`NodeNetwork::configure`]).
+    pub fn create(name: &str, service_cidr: &str) -> Result<NodeNetwork, String> {
         ip(&["netns", "add", name])?;
         let mut network = NodeNetwork {
             name: name.to_string(),
@@ -42,7 +43,7 @@ impl NodeNetwork {
                     network.host_link = host_link;
                     network.host_address = Ipv4Addr::new(198, 18, 0, 4 * index + 1);
                     network.node_address = Ipv4Addr::new(198, 18, 0, 4 * index + 2);
-                    network.configure()?;
+                    network.configure(service_cidr)?;
                     return Ok(network);
                 }
                 Err(why) => last = why,
@@ -51,7 +52,12 @@ impl NodeNetwork {
         Err(format!("no free link for a node among {HOST_LINK_PREFIX}0..{HOST_LINK_PREFIX}{MAX_NODES} (last: {last})"))
     }
 
-    fn configure(&self) -> Result<(), String> {
+    /// Addresses, links up, and one route: the Service range on the link, from the node's
+    /// address. The node's own processes (the API server calling a webhook's ClusterIP) need a
+    /// route before kube-proxy's rules can rewrite the destination; with no default route,
+    /// a ClusterIP would be unreachable. A Service address no rule rewrites goes nowhere (the
+    /// host neither answers for it nor forwards), so nothing leaves the machine.
+    fn configure(&self, service_cidr: &str) -> Result<(), String> {
         let host = format!("{}/30", self.host_address);
         let node = format!("{}/30", self.node_address);
         ip(&["addr", "add", &host, "dev", &self.host_link])?;
@@ -59,6 +65,8 @@ impl NodeNetwork {
         ip(&["-n", &self.name, "addr", "add", &node, "dev", "eth0"])?;
         ip(&["-n", &self.name, "link", "set", "eth0", "up"])?;
         ip(&["-n", &self.name, "link", "set", "lo", "up"])?;
+        let source = self.node_address.to_string();
+        ip(&["-n", &self.name, "route", "add", service_cidr, "dev", "eth0", "src", &source])?;
         // Service traffic is DNATed to Pods behind the node's bridge, and bridged
         // traffic between Pods passes through iptables, as on any Kubernetes node.
         for setting in ["net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1", "net.ipv4.conf.all.route_localnet=1"] {

@@ -9,11 +9,7 @@ use crate::cluster::Cluster;
 use crate::knative_services::Serving;
 
 /// The Pods whose logs a failure message shows: Lampyr's components and grant Pods.
-const LOGGED_PODS: [(&str, &str); 3] = [
-    ("lampyr-system", "app.kubernetes.io/part-of=lampyr"),
-    ("knative-serving", "app.kubernetes.io/part-of=lampyr"),
-    ("", "app.kubernetes.io/name=fiberd"),
-];
+const LOGGED_PODS: [&str; 2] = ["app.kubernetes.io/part-of=lampyr", "app.kubernetes.io/name=fiberd"];
 
 /// Lampyr as `ly cluster install` left it on a [`Node`], served through NodePort `port`.
 pub struct NodeIngress<'a> {
@@ -33,19 +29,21 @@ impl Serving for NodeIngress<'_> {
     }
 
     fn lampyr_logs(&self) -> String {
+        let kubectl = |args: &[&str]| {
+            let mut command = self.node.cluster().kubectl();
+            command.args(args);
+            output(command)
+        };
         let mut logs = String::new();
-        for (namespace, selector) in LOGGED_PODS {
-            let mut kubectl = self.node.cluster().kubectl();
-            kubectl.args(["logs", "--all-containers", "--prefix", "--tail=15", "-l", selector]);
-            match namespace {
-                "" => kubectl.arg("--all-namespaces"),
-                ns => kubectl.args(["-n", ns]),
-            };
-            logs.push_str(&format!("--- logs of {selector} Pods {namespace}\n{}\n", output(kubectl)));
+        for selector in LOGGED_PODS {
+            let pods = kubectl(&["get", "pods", "--all-namespaces", "-l", selector, "-o", "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}"]);
+            for (namespace, pod) in pods.lines().filter_map(|l| l.split_once(' ')) {
+                let log = kubectl(&["logs", "-n", namespace, pod, "--all-containers", "--prefix", "--tail=15"]);
+                logs.push_str(&format!("--- {namespace}/{pod}\n{log}\n"));
+            }
         }
-        let mut pods = self.node.cluster().kubectl();
-        pods.args(["get", "pods", "--all-namespaces", "-o", "wide"]);
-        logs.push_str(&format!("--- Pods\n{}\n--- kubelet\n{}\n", output(pods), self.node.log_tail("kubelet", 15)));
+        let pods = kubectl(&["get", "pods", "--all-namespaces", "-o", "wide"]);
+        logs.push_str(&format!("--- Pods\n{pods}\n--- kubelet\n{}\n", self.node.log_tail("kubelet", 15)));
         logs
     }
 }
