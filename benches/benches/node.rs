@@ -43,8 +43,8 @@ use kube::api::ListParams;
 use lampyr_api::Service;
 use lampyr_api::conditions::KnativeStatus;
 use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
-use lampyr_testenv::ly::{Ly, health_table, path, stderr, text};
-use lampyr_testenv::node::NodeIngress;
+use lampyr_testenv::ly::{Ly, path, stderr, text};
+use lampyr_testenv::node::{NodeIngress, install_lampyr};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root, workspace_binary};
 use serde_json::{Value, json};
@@ -87,27 +87,9 @@ fn env_count(name: &str, default: usize) -> usize {
 /// deploys `hello`; returns its live Service (to copy).
 async fn install_and_deploy(node: &Node, ly: &Ly<'_>, serving: &NodeIngress<'_>) -> Value {
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
-    for image in &images.images {
-        node.import(&image.archive).unwrap_or_else(|e| panic!("{e}"));
-    }
-    let templates = format!("[http://{}/lampyr/fiberd-templates]", node.registry().host());
-    let settings = ly.settings(
-        "platform.yaml",
-        &[
-            ("grantImage", &images.pinned("fiberd")),
-            ("helperImage", &images.pinned("fiberd-helper")),
-            ("zygoteRegistries", &templates),
-            ("domain", DOMAIN),
-        ],
-    );
-    let install = ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]);
+    let install = install_lampyr(node, ly, &images, DOMAIN).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
-    serving
-        .poll("ly cluster health passing all but cert-manager", Duration::from_secs(2), async || {
-            let table = health_table(&ly.cluster(&["health"]));
-            (!table.is_empty() && table.iter().all(|(check, ok)| *ok || check == "cert-manager")).then_some(())
-        })
-        .await;
+    ly.healthy_but_cert_manager(serving).await;
     let patch = json!({ "data": { "scale-to-zero-grace-period": "2s" } }).to_string();
     let out = ly.kubectl(&["patch", "configmap/config-autoscaler", "-n", "knative-serving", "--type=merge", "-p", &patch]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -51,22 +51,6 @@ async fn home_reporting(stack: &InstalledLampyr, ly: &Ly<'_>, name: &str, words:
         .await
 }
 
-/// Waits until `ly cluster health` passes every check but cert-manager's (not installed here:
-/// its manifests are not available offline), with the installed Deployments' Pods running.
-async fn healthy_but_cert_manager(stack: &InstalledLampyr, ly: &Ly<'_>) {
-    let mut last = String::new();
-    let table = stack
-        .poll("ly cluster health passing all but cert-manager", Duration::from_millis(500), async || {
-            let health = ly.cluster(&["health"]);
-            last = text(&health);
-            let table = health_table(&health);
-            table.iter().all(|(check, passed)| *passed || check == "cert-manager").then_some(table)
-        })
-        .await;
-    assert_eq!(table.len(), 9, "every check ran:\n{last}");
-    assert_eq!(table.get("cert-manager"), Some(&false), "cert-manager is honestly absent:\n{last}");
-}
-
 fn deploy_hello(ly: &Ly<'_>) -> String {
     let hello = repo_root().join("examples/hello");
     let out = ly.deploy(&[path(&hello), "--timeout", "120"]);
@@ -94,7 +78,7 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     // Before an install there is nowhere to push templates to.
     refused(&ly, &[path(&hello)], "run `ly cluster install` first");
     let log = install();
-    healthy_but_cert_manager(stack, &ly).await;
+    ly.healthy_but_cert_manager(stack).await;
     assert!(log.contains(&format!("templates: pushed to http://localhost:{}/lampyr/fiberd-templates", stack.registry.addr().port())), "{log}");
 
     // Refusals after the install still change nothing.
@@ -224,7 +208,7 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
 
     // The next install's first deploy makes a new key; the old template no longer opens.
     install();
-    healthy_but_cert_manager(stack, &ly).await;
+    ly.healthy_but_cert_manager(stack).await;
     let log = deploy_hello(&ly);
     assert!(log.contains("creating the fleet key"), "{log}");
     let second_key = fleet_key(&ly).expect("a new fleet key");

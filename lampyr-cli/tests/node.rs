@@ -16,11 +16,11 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lampyr_testenv::node::NodeIngress;
+use lampyr_testenv::node::{NodeIngress, install_lampyr};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root};
 use serde_json::{Value, json};
-use support::{Ly, health_table, path, stderr, text};
+use support::{Ly, path, stderr, text};
 
 /// fiber-router's NodePort (the reference's default `ingress.httpNodePort`).
 const NODE_PORT: u16 = 30080;
@@ -73,28 +73,6 @@ fn assert_real_containers(ly: &Ly<'_>, images: &RuntimeImages, namespaces: &[&st
     }
 }
 
-/// `ly cluster health` until every check but cert-manager's passes (cert-manager and its
-/// csi-driver cannot be installed offline); returns the table.
-async fn healthy_but_cert_manager(serving: &NodeIngress<'_>, ly: &Ly<'_>) -> BTreeMap<String, bool> {
-    let deadline = std::time::Instant::now() + lampyr_testenv::PATIENCE;
-    loop {
-        let health = ly.cluster(&["health"]);
-        let table = health_table(&health);
-        if !table.is_empty() && table.iter().all(|(check, passed)| *passed || check == "cert-manager") {
-            assert_eq!(table.get("cert-manager"), Some(&false), "cert-manager is honestly absent:\n{}", text(&health));
-            return table;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "ly cluster health passing all but cert-manager:\n{}{}\n{}",
-            text(&health),
-            stderr(&health),
-            serving.lampyr_logs()
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-}
-
 /// GETs `host/` through the NodePort `count` times; returns how often each body came back.
 async fn answers(serving: &NodeIngress<'_>, host: &str, count: usize) -> BTreeMap<String, usize> {
     let mut seen = BTreeMap::new();
@@ -128,35 +106,20 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     let node = Node::shared();
     let serving = NodeIngress { node, port: NODE_PORT };
 
-    // 1. The runtime images, built from this checkout, pushed to the node's registry, which
-    //    the node's containerd uses as the mirror of the registries they are named under:
-    //    the kubelet pulls each one (by tag, and the grant Pods' by digest).
+    // 1-2. The runtime images, built from this checkout, pushed to the node's registry, which
+    //    the node's containerd uses as the mirror of the registries they are named under (the
+    //    kubelet pulls each one: by tag, and the grant Pods' by digest); a Workspace and a
+    //    platform.yaml naming them; `ly cluster install` (`lampyr_testenv::node::install_lampyr`).
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
-    images.push(&format!("http://{}", node.registry().host())).await.unwrap_or_else(|e| panic!("{e}"));
-    for registry in images.registries() {
-        node.mirror(&registry).unwrap_or_else(|e| panic!("{e}"));
-    }
-
-    // 2. A Workspace and a platform.yaml naming those images (grant and helper pinned by
-    //    digest), templates in the node's registry; `ly cluster install`.
     let ly = support::ly(node.cluster());
     let registry = node.registry().host();
-    let templates = format!("[http://{registry}/lampyr/fiberd-templates]");
-    let settings = ly.settings(
-        "platform.yaml",
-        &[
-            ("grantImage", &images.pinned("fiberd")),
-            ("helperImage", &images.pinned("fiberd-helper")),
-            ("zygoteRegistries", &templates),
-            ("domain", DOMAIN),
-        ],
-    );
-    let install = ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]);
+    let install = install_lampyr(node, &ly, &images, DOMAIN).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
+    let policy = ly.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
+    assert!(text(&policy).contains("ghcr.io/hyperlight-dev/lampyr/fiberd"), "the GrantPolicy admits the built images: {}", text(&policy));
 
     // 3. Health: everything passes but cert-manager, from components that really run.
-    let table = healthy_but_cert_manager(&serving, &ly).await;
-    assert!(table.len() >= 9, "every check ran: {table:?}");
+    ly.healthy_but_cert_manager(&serving).await;
     assert_real_containers(&ly, &images, &["lampyr-system", "knative-serving"]);
 
     // Scale to zero after 6 s without traffic, through Knative's own configuration.

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::ResourceExt;
 
 use crate::bins::workspace_binary;
@@ -66,11 +66,7 @@ impl InstalledLampyr {
 /// `--cache-dir` moved to the Pod's own directory, and its service account's kubeconfig.
 fn component(name: &'static str, binary: PathBuf, address_flag: &'static str) -> PodProgram {
     let command = move |pod: &Pod, sandbox: &PodSandbox| {
-        let container = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.containers.first())
-            .ok_or_else(|| format!("Pod {} has no container", pod.name_any()))?;
+        let container = first_container(pod)?;
         let mut command = Command::new(&binary);
         let address = format!("{address_flag}=");
         for arg in container.args.iter().flatten().filter(|a| !a.starts_with(&address)) {
@@ -101,11 +97,7 @@ fn component(name: &'static str, binary: PathBuf, address_flag: &'static str) ->
 fn knative_controller() -> PodProgram {
     let binary = Binaries::locate().unwrap_or_else(|e| panic!("the cluster binaries: {e}")).path("lampyr-knative-controller");
     let command = move |pod: &Pod, sandbox: &PodSandbox| {
-        let container = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.containers.first())
-            .ok_or_else(|| format!("Pod {} has no container", pod.name_any()))?;
+        let container = first_container(pod)?;
         let mut command = Command::new(&binary);
         command
             .args(container.args.iter().flatten().map(|a| sandbox.localize(a)))
@@ -154,4 +146,9 @@ impl crate::Serving for InstalledLampyr {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// A Pod's first container (the component's), or why there is none.
+fn first_container(pod: &Pod) -> Result<&Container, String> {
+    pod.spec.as_ref().and_then(|s| s.containers.first()).ok_or_else(|| format!("Pod {} has no container", pod.name_any()))
 }

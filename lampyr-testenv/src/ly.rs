@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::Cluster;
+use crate::knative_services::{PATIENCE, Serving};
 
 /// A digest for images that are never pulled (no kubelet runs them).
 pub const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -96,6 +98,36 @@ impl<'a> Ly<'a> {
             args.extend(["-n", ns]);
         }
         !text(&self.kubectl(&args)).trim().is_empty()
+    }
+}
+
+/// The checks `ly cluster health` runs, in its table.
+pub const HEALTH_CHECKS: usize = 9;
+
+impl Ly<'_> {
+    /// Runs `ly cluster health` every 500 ms until every check but cert-manager's passes
+    /// (cert-manager and its csi-driver cannot be installed offline: install only detects
+    /// them), then checks all [`HEALTH_CHECKS`] ran and cert-manager's honestly failed; returns
+    /// the table. Panics after [`PATIENCE`] with the last table and `serving`'s logs.
+    pub async fn healthy_but_cert_manager(&self, serving: &impl Serving) -> BTreeMap<String, bool> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let health = self.cluster(&["health"]);
+            let table = health_table(&health);
+            if !table.is_empty() && table.iter().all(|(check, passed)| *passed || check == "cert-manager") {
+                assert_eq!(table.len(), HEALTH_CHECKS, "every check ran:\n{}", text(&health));
+                assert_eq!(table.get("cert-manager"), Some(&false), "cert-manager is honestly absent:\n{}", text(&health));
+                return table;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ly cluster health passing all but cert-manager within {PATIENCE:?}:\n{}{}\n{}",
+                text(&health),
+                stderr(&health),
+                serving.lampyr_logs()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 

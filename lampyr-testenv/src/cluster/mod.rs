@@ -281,18 +281,28 @@ impl Drop for Cluster {
 
 /// Boots an environment from a thread of its own (callers may be inside an async runtime).
 fn start_on_own_thread(placement: Placement, knative: bool) -> Result<Cluster, String> {
+    block_on_own_thread("lampyr-testenv-start", move || boot(placement, knative))
+}
+
+/// Runs the future `start` makes to completion on a new thread with a runtime of its own, so
+/// an environment can be started from inside another runtime; its result, or why it has none.
+pub(crate) fn block_on_own_thread<T, F>(name: &str, start: impl FnOnce() -> F + Send + 'static) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, String>>,
+{
     std::thread::Builder::new()
-        .name("lampyr-testenv-start".into())
+        .name(name.into())
         .spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| format!("building a runtime: {e}"))?;
-            runtime.block_on(boot(placement, knative))
+            runtime.block_on(start())
         })
-        .map_err(|e| format!("starting the start-up thread: {e}"))?
+        .map_err(|e| format!("starting the {name} thread: {e}"))?
         .join()
-        .map_err(|_| "the start-up thread panicked".to_string())?
+        .map_err(|_| format!("the {name} thread panicked"))?
 }
 
 /// Tears the shared environment down when the test process exits normally

@@ -43,7 +43,7 @@ use cgroups::NodeCgroup;
 use netns::NodeNetwork;
 
 pub use images::SystemImages;
-pub use serving::NodeIngress;
+pub use serving::{NodeIngress, install_lampyr};
 
 /// The node's name (and kubelet's hostname).
 pub const NODE_NAME: &str = "lampyr-node";
@@ -95,18 +95,7 @@ impl Node {
     ///
     /// Runs on its own thread, so it may be called from inside an async runtime.
     pub fn start() -> Result<Node, String> {
-        std::thread::Builder::new()
-            .name("lampyr-node-start".into())
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("building a runtime: {e}"))?;
-                runtime.block_on(boot())
-            })
-            .map_err(|e| format!("starting the start-up thread: {e}"))?
-            .join()
-            .map_err(|_| "the node's start-up thread panicked".to_string())?
+        crate::cluster::block_on_own_thread("lampyr-node-start", boot)
     }
 
     /// The control plane (kubeconfig, kubectl, clients, namespaces).

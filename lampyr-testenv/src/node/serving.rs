@@ -1,12 +1,14 @@
-//! Lampyr installed on the node, reached as a client outside the cluster reaches
-//! it: through fiber-router's NodePort on the node's address.
+//! Lampyr installed on the node as an operator installs it, and reached as a client
+//! outside the cluster reaches it: through fiber-router's NodePort on the node's address.
 
 use std::net::SocketAddr;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use super::Node;
 use crate::cluster::Cluster;
 use crate::knative_services::Serving;
+use crate::ly::{Ly, path};
+use crate::runtime_images::RuntimeImages;
 
 /// The Pods whose logs a failure message shows: Lampyr's components and grant Pods.
 const LOGGED_PODS: [&str; 2] = ["app.kubernetes.io/part-of=lampyr", "app.kubernetes.io/name=fiberd"];
@@ -53,4 +55,27 @@ fn output(mut command: Command) -> String {
         Ok(out) => format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
         Err(e) => format!("(running {command:?}: {e})"),
     }
+}
+
+/// Lampyr installed on `node` as an operator installs it: the runtime `images` pushed to the
+/// node's registry, which the node's containerd mirrors for the registries they are named
+/// under (the kubelet pulls each, by tag, and the grant Pods' by digest); a `platform.yaml`
+/// naming them (`grantImage` and `helperImage` pinned by digest), templates in the node's
+/// registry, Services under `domain`; then `ly cluster install`. Returns install's output.
+pub async fn install_lampyr(node: &Node, ly: &Ly<'_>, images: &RuntimeImages, domain: &str) -> Result<Output, String> {
+    images.push(&format!("http://{}", node.registry().host())).await?;
+    for registry in images.registries() {
+        node.mirror(&registry)?;
+    }
+    let templates = format!("[http://{}/lampyr/fiberd-templates]", node.registry().host());
+    let settings = ly.settings(
+        "platform.yaml",
+        &[
+            ("grantImage", &images.pinned("fiberd")),
+            ("helperImage", &images.pinned("fiberd-helper")),
+            ("zygoteRegistries", &templates),
+            ("domain", domain),
+        ],
+    );
+    Ok(ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]))
 }
