@@ -19,6 +19,7 @@ pub mod ly;
 pub mod node;
 pub mod registry;
 pub mod runtime_images;
+mod shared;
 pub mod stack;
 
 pub use artifacts::{Artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};

@@ -128,17 +128,10 @@ impl Cluster {
     /// Panics with the reason (and the failing component's log) when it cannot start.
     pub fn shared() -> &'static Cluster {
         static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
-        let shared = SHARED.get_or_init(|| {
-            let started = Cluster::start();
-            if started.is_ok() {
-                register_exit_teardown();
-            }
-            started
-        });
-        match shared {
-            Ok(cluster) => cluster,
-            Err(why) => panic!("the cluster test environment did not start: {why}"),
+        extern "C" fn teardown() {
+            Cluster::shared().shutdown();
         }
+        crate::shared::shared_or_panic(&SHARED, "cluster test environment", Cluster::start, teardown)
     }
 
     /// Starts a new environment; everything stops when it is dropped.
@@ -303,20 +296,6 @@ where
         .map_err(|e| format!("starting the {name} thread: {e}"))?
         .join()
         .map_err(|_| format!("the {name} thread panicked"))?
-}
-
-/// Tears the shared environment down when the test process exits normally
-/// (the kernel kills its processes in every other case).
-fn register_exit_teardown() {
-    extern "C" fn teardown() {
-        Cluster::shared().shutdown();
-    }
-    // SAFETY: `teardown` is a plain `extern "C"` function with no arguments, as
-    // atexit(3) requires; it runs once, during exit, after `shared()` succeeded.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::atexit(teardown);
-    }
 }
 
 /// Builds an admin-or-service-account client from a kubeconfig file.

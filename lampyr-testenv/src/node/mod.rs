@@ -78,17 +78,10 @@ impl Node {
     /// Panics with the reason (and the failing component's log) when it cannot start.
     pub fn shared() -> &'static Node {
         static SHARED: OnceLock<Result<Node, String>> = OnceLock::new();
-        let shared = SHARED.get_or_init(|| {
-            let started = Node::start();
-            if started.is_ok() {
-                register_exit_teardown();
-            }
-            started
-        });
-        match shared {
-            Ok(node) => node,
-            Err(why) => panic!("the node test environment did not start: {why}"),
+        extern "C" fn teardown() {
+            Node::shared().shutdown();
         }
+        crate::shared::shared_or_panic(&SHARED, "node test environment", Node::start, teardown)
     }
 
     /// Starts a new node; everything stops when it is dropped.
@@ -234,20 +227,6 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Tears the shared node down when the test process exits normally (the next start
-/// cleans up after a test process that was killed).
-fn register_exit_teardown() {
-    extern "C" fn teardown() {
-        Node::shared().shutdown();
-    }
-    // SAFETY: `teardown` is a plain `extern "C"` function with no arguments, as
-    // atexit(3) requires; it runs once, during exit, after `shared()` succeeded.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::atexit(teardown);
     }
 }
 
