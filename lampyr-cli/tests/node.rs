@@ -3,7 +3,8 @@
 //! kube-scheduler and CoreDNS in a network namespace of the test's own).
 //!
 //! The runtime images are built from this checkout (`scripts/runtime-images`) and
-//! imported into the node's containerd; `ly cluster install` installs Lampyr and
+//! pushed to the node's registry, which the node's containerd uses as the mirror of
+//! the registries they are named under; `ly cluster install` installs Lampyr and
 //! upstream Knative from a scaffolded Workspace and a `platform.yaml` naming them;
 //! every Pod is a real container the kubelet runs from those images; every request
 //! comes from the host through fiber-router's NodePort on the node's address, and
