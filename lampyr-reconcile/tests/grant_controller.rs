@@ -202,3 +202,53 @@ async fn the_fleet_key_is_copied_next_to_grant_pods() {
     let original = secrets.get("lampyr-fiberd-seal-key").await.expect("original");
     assert_eq!(copy.data, original.data);
 }
+
+/// How many times the controller's log says it wrote `what` in namespace `ns`.
+fn writes_logged(ns: &str, what: &str) -> usize {
+    let log = std::fs::read_to_string(Cluster::shared().data_dir().join("fiberd-k8s-controller.log")).unwrap_or_default();
+    log.lines().filter(|line| line.contains(what) && line.contains(ns)).count()
+}
+
+#[tokio::test]
+async fn grant_pods_identity_is_written_once_per_namespace_not_per_grant() {
+    let cluster = environment().await;
+    let client = cluster.client().await;
+    let ns = cluster.namespace("identity").await;
+    allow(&client, "grant-test-identity", &["registry.example.com/identity/fiberd", "registry.example.com/identity/helper"]).await;
+    grant(&client, &ns, "first", 1, "registry.example.com/identity").await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    poll("the service account and its binding", async || {
+        let account = accounts.get_opt("lampyr-fiberd").await.ok()??;
+        let binding = bindings.get_opt("lampyr-fiberd").await.ok()??;
+        Some((account, binding))
+    })
+    .await;
+    // Give the controller's watches a moment to see what it wrote.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let written = (writes_logged(&ns, "wrote grant Pods' service account"), writes_logged(&ns, "wrote grant Pods' role binding"));
+    assert!(written.0 >= 1 && written.1 >= 1, "the controller logs its writes: {written:?}\n{}", controller_log());
+
+    // Four more grants, and every Pod's change, reconcile the namespace again and again.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let names: Vec<String> = (1..=4).map(|i| format!("more-{i}")).collect();
+    for name in &names {
+        grant(&client, &ns, name, 1, "registry.example.com/identity").await;
+    }
+    for name in names.iter().map(String::as_str).chain(["first"]) {
+        let pod = poll("the grant's Pod", async || pod_names(&pods, name).await.pop()).await;
+        mark_ready(&pods, &pod).await;
+    }
+    let grants: Api<CapacityGrant> = Api::namespaced(client.clone(), &ns);
+    for name in names.iter().map(String::as_str).chain(["first"]) {
+        poll("the grant Ready", async || grants.get(name).await.ok()?.status?.is_ready(Some(1)).then_some(())).await;
+    }
+    let after = (writes_logged(&ns, "wrote grant Pods' service account"), writes_logged(&ns, "wrote grant Pods' role binding"));
+    assert_eq!(after, written, "no further identity writes for more grants in the namespace\n{}", controller_log());
+
+    // Deleted behind the controller's back: written again on the next reconcile.
+    accounts.delete("lampyr-fiberd", &DeleteParams::default()).await.expect("delete the account");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    grant(&client, &ns, "last", 1, "registry.example.com/identity").await;
+    poll("the service account again", async || accounts.get_opt("lampyr-fiberd").await.ok()?).await;
+}

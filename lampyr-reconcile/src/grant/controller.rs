@@ -5,16 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use lampyr_api::keys::FLEET_KEY_SECRET_NAMESPACE;
 use lampyr_api::{CapacityGrant, GrantPolicy};
 use serde_json::json;
 
+use super::identity::{IdentityStores, ensure_identity};
 use super::images::{ImageRefused, check_images, template_repositories};
 use super::pods::{GRANT_LABEL, PodSettings, desired_pods, pod_spec_hash};
 use super::status::grant_status;
@@ -38,7 +38,7 @@ pub enum GrantError {
     },
 }
 
-fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> GrantError {
+pub(super) fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> GrantError {
     let what = what.into();
     move |source| GrantError::Api { what, source }
 }
@@ -48,6 +48,7 @@ pub struct GrantContext {
     client: Client,
     settings: PodSettings,
     policies: Store<GrantPolicy>,
+    identity: IdentityStores,
 }
 
 /// Runs the grant controller until `shutdown` resolves.
@@ -60,7 +61,12 @@ pub async fn run_grant_controller(
     let policy_changes = reflector::reflector(writer, watcher(Api::<GrantPolicy>::all(client.clone()), watcher::Config::default()))
         .touched_objects()
         .filter_map(|event| async move { event.ok().map(|_| ()) });
-    let context = Arc::new(GrantContext { client: client.clone(), settings, policies });
+    let (identity, watches) = IdentityStores::watch(&client, &settings);
+    // Until each watch has listed once, an object it has not seen may still exist.
+    if tokio::time::timeout(Duration::from_secs(30), identity.wait_until_ready()).await.is_err() {
+        tracing::warn!("the identity watches have not listed within 30 s; writing what they do not show");
+    }
+    let context = Arc::new(GrantContext { client: client.clone(), settings, policies, identity });
     Controller::new(Api::<CapacityGrant>::all(client.clone()), watcher::Config::default())
         .owns(Api::<Pod>::all(client), watcher::Config::default().labels(GRANT_LABEL))
         .reconcile_all_on(policy_changes)
@@ -72,6 +78,9 @@ pub async fn run_grant_controller(
             }
         })
         .await;
+    for watch in watches {
+        watch.abort();
+    }
 }
 
 fn error_policy(grant: Arc<CapacityGrant>, error: &GrantError, _: Arc<GrantContext>) -> Action {
@@ -105,8 +114,7 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
         }
     }
     if !desired.is_empty() {
-        ensure_fiberd_identity(&context.client, &namespace, &context.settings).await?;
-        copy_fleet_key(&context.client, &namespace).await?;
+        ensure_identity(&context.client, &context.identity, &namespace, &context.settings).await?;
     }
     for pod in &desired {
         if !existing.iter().any(|e| e.metadata.name == pod.metadata.name) {
@@ -150,62 +158,6 @@ async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), GrantError> {
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(e) => Err(api_error(format!("deleting grant Pod {name}"))(e)),
     }
-}
-
-/// The ClusterRole fiberd runs under, bound in each namespace that has grant Pods
-/// (defined by the grant controller's manifest).
-pub const FIBERD_CLUSTER_ROLE: &str = "lampyr-fiberd";
-
-/// Makes sure grant Pods' service account exists in `namespace` and is bound to
-/// [`FIBERD_CLUSTER_ROLE`] there (fiberd reads Homes and writes their status).
-async fn ensure_fiberd_identity(client: &Client, namespace: &str, settings: &PodSettings) -> Result<(), GrantError> {
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let name = &settings.service_account;
-    let labels = json!({ "app.kubernetes.io/managed-by": FIELD_MANAGER });
-    let account = json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": { "name": name, "namespace": namespace, "labels": labels },
-    });
-    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace)
-        .patch(name, &apply, &Patch::Apply(&account))
-        .await
-        .map_err(api_error(format!("creating service account {namespace}/{name}")))?;
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": { "name": name, "namespace": namespace, "labels": labels },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FIBERD_CLUSTER_ROLE },
-        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": namespace }],
-    });
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), namespace)
-        .patch(name, &apply, &Patch::Apply(&binding))
-        .await
-        .map_err(api_error(format!("binding {FIBERD_CLUSTER_ROLE} to {namespace}/{name}")))?;
-    Ok(())
-}
-
-/// Copies the fleet key Secret into `namespace` so its grant Pods can mount it.
-async fn copy_fleet_key(client: &Client, namespace: &str) -> Result<(), GrantError> {
-    if namespace == FLEET_KEY_SECRET_NAMESPACE {
-        return Ok(());
-    }
-    let name = PodSettings::default().fleet_key_secret;
-    let source: Api<Secret> = Api::namespaced(client.clone(), FLEET_KEY_SECRET_NAMESPACE);
-    let Some(key) = source.get_opt(&name).await.map_err(api_error(format!("reading Secret default/{name}")))? else {
-        // No key yet (no sealed template deployed): the Pods mount it optionally.
-        return Ok(());
-    };
-    let copy = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": { "name": name, "namespace": namespace,
-                      "labels": { "app.kubernetes.io/managed-by": FIELD_MANAGER } },
-        "type": "Opaque",
-        "data": key.data,
-    });
-    Api::<Secret>::namespaced(client.clone(), namespace)
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&copy))
-        .await
-        .map_err(api_error(format!("copying the fleet key into {namespace}")))?;
-    Ok(())
 }
 
 async fn write_status(

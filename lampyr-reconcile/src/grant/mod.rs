@@ -2,12 +2,14 @@
 //! into grant Pods running fiberd, keeps their count and placement in line
 //! with the grant, enforces GrantPolicy, and reports grant status.
 //!
+//! - [`identity`]: grant Pods' service account, role binding and fleet key, once per namespace.
 //! - [`images`]: GrantPolicy enforcement.
 //! - [`pods`]: the Pods a grant asks for.
 //! - [`status`]: grant status from its Pods.
 //! - [`controller`]: the reconcile loop.
 
 pub mod controller;
+pub mod identity;
 pub mod images;
 pub mod pods;
 pub mod status;
