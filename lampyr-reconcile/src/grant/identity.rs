@@ -13,14 +13,13 @@ use lampyr_api::keys::FLEET_KEY_SECRET_NAMESPACE;
 use serde_json::{Value, json};
 
 use super::controller::{FIELD_MANAGER, GrantError, api_error};
+use crate::revision::children::MANAGED_BY_LABEL;
 use super::pods::PodSettings;
 
 /// The ClusterRole fiberd runs under, bound in each namespace that has grant Pods
 /// (defined by the grant controller's manifest).
 pub const FIBERD_CLUSTER_ROLE: &str = "lampyr-fiberd";
 
-/// The label on every object written here.
-const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// The controller's view of every namespace's grant-Pod identity: watches of the
 /// service accounts, RoleBindings and fleet-key Secrets named as the settings
@@ -107,7 +106,7 @@ pub async fn ensure_identity(client: &Client, stores: &IdentityStores, namespace
 }
 
 fn labels() -> Value {
-    json!({ MANAGED_BY: FIELD_MANAGER })
+    json!({ MANAGED_BY_LABEL: FIELD_MANAGER })
 }
 
 fn service_account(namespace: &str, name: &str) -> Value {
@@ -126,17 +125,21 @@ fn role_binding(namespace: &str, name: &str) -> Value {
     })
 }
 
+/// Whether `meta` carries this controller's managed-by label.
+fn labelled_ours(meta: &kube::api::ObjectMeta) -> bool {
+    meta.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(FIELD_MANAGER)
+}
+
 /// Whether the observed service account is there and carries this controller's label.
 fn account_current(observed: Option<&ServiceAccount>) -> bool {
-    observed.is_some_and(|a| a.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(FIELD_MANAGER))
+    observed.is_some_and(|a| labelled_ours(&a.metadata))
 }
 
 /// Whether the observed RoleBinding grants what `desired` grants (role and subjects) with our label.
 fn binding_current(observed: Option<&RoleBinding>, desired: &Value) -> bool {
     let Some(observed) = observed else { return false };
     let Ok(observed_json) = serde_json::to_value(observed) else { return false };
-    let labelled = observed.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(FIELD_MANAGER);
-    labelled && observed_json["roleRef"] == desired["roleRef"] && observed_json["subjects"] == desired["subjects"]
+    labelled_ours(&observed.metadata) && observed_json["roleRef"] == desired["roleRef"] && observed_json["subjects"] == desired["subjects"]
 }
 
 /// The fleet key copy to apply in `namespace`: none when there is no key to copy
