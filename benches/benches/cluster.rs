@@ -23,6 +23,12 @@
 //!    KIngress Ready, so it should come first); the ratio is router
 //!    propagation over control-plane time.
 //!
+//! 4. A new Revision of an existing Service (its template's `TARGET` changed by a
+//!    patch through the API) until a watch sees the Service Ready at its new
+//!    generation, with the grant Pods started meanwhile counted (the Revision is
+//!    placed on the namespace's shared grant, whose Pod already runs). Baseline:
+//!    the same kind of patch of a ConfigMap through the API until a GET reads it back.
+//!
 //! Each section has a namespace of its own, deleted (and its fiberd processes
 //! gone) before the next starts.
 //!
@@ -40,7 +46,8 @@
 //! without it) and what `scripts/setup` installs.
 //! `LAMPYR_BENCH_SERVICES` (default 20) sets the Services of section 1,
 //! `LAMPYR_BENCH_BURST` (default 200) those of section 2, and
-//! `LAMPYR_BENCH_TRAFFIC` (default 10) the traffic changes of section 3.
+//! `LAMPYR_BENCH_TRAFFIC` (default 10) the traffic changes of section 3, and
+//! `LAMPYR_BENCH_REVISIONS` (default 20) the new Revisions of section 4.
 //! Progress is logged to stderr (`RUST_LOG`, default `cluster=info`); the table goes to stdout.
 
 use std::collections::BTreeSet;
@@ -77,6 +84,7 @@ fn main() {
     let services = env_count("LAMPYR_BENCH_SERVICES", 20);
     let burst = env_count("LAMPYR_BENCH_BURST", 200);
     let changes = env_count("LAMPYR_BENCH_TRAFFIC", 10);
+    let revisions = env_count("LAMPYR_BENCH_REVISIONS", 20);
 
     let started = Instant::now();
     let stack = LampyrStack::shared();
@@ -88,6 +96,7 @@ fn main() {
         apply_to_ready(stack, &artifact, services, &mut table).await;
         reconcile_burst(stack, &artifact, burst, &mut table).await;
         traffic_changes(stack, &artifact, changes, &mut table).await;
+        new_revisions(stack, &artifact, revisions, &mut table).await;
         table
     });
     println!("\nLampyr control plane in the cluster test environment, each figure beside its baseline\n");
@@ -103,8 +112,11 @@ fn main() {
          both at min-scale 1;\n   time from the patch to sending the first request fiber-router answered from the new \
          Revision (one every {POLL:?} plus the request's own time),\n   and to a watch seeing the Service Ready at the \
          new generation.\n\
+         4: {revisions} new Revisions of one Service (after one unmeasured), each a merge patch of its template's TARGET; \
+         time from the patch to a watch seeing\n   the Service Ready at its generation; baseline: a merge patch of a ConfigMap \
+         until a GET reads the new value back.\n\
          Ratios compare like with like: a median with the baseline's median, a p90 with its p90.\n\
-         Everything (API server, etcd, Knative, Lampyr's controllers, fiber-router, one fiberd per Revision, this client) \
+         Everything (API server, etcd, Knative, Lampyr's controllers, fiber-router, one fiberd per namespace's shared grant, this client) \
          shares the machine's {} cores.",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
@@ -393,6 +405,59 @@ async fn change_traffic(stack: &LampyrStack, services: &Api<Service>, name: &str
         sent - started
     };
     tokio::join!(served, watch_until(services, 1, started, &service_ready))
+}
+
+// ---------- 4. New Revisions ----------
+
+/// Section 4: `n` new Revisions of one Service, beside `n` ConfigMap patches; grant Pods counted.
+async fn new_revisions(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    let ns = stack.cluster.namespace("bench-revision").await;
+    let client = stack.cluster.client().await;
+    let (services, maps) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<ConfigMap>::namespaced(client, &ns));
+    let name = "rev";
+    stack.kubectl_apply(&knative_service(&ns, name, artifact, "v0", None));
+    stack.ready_host(&services, name).await;
+    stack.kubectl_apply(&config_map(&ns, name));
+    let grant_pods = || stack.pods.ports().keys().filter(|pod| pod.starts_with(&format!("{ns}/"))).count();
+    let pods_before = grant_pods();
+    let (mut ready, mut floor) = (Vec::new(), Vec::new());
+    // Revision 2 is unmeasured.
+    for i in 1..=n + 1 {
+        let target = format!("v{i}");
+        let patch = json!({ "spec": { "template": { "spec": { "containers": [{ "image": artifact, "env": [{ "name": "TARGET", "value": target }] }] } } } });
+        let started = Instant::now();
+        services.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_or_else(|e| panic!("patching {name}: {e}"));
+        let took = watch_until(&services, 1, started, &service_ready).await;
+        let map_took = patch_config_map(stack, &maps, name, &target).await;
+        tracing::info!(revision = i + 1, ?took, ?map_took, "new Revision Ready");
+        if i > 1 {
+            ready.push(took);
+            floor.push(map_took);
+        }
+    }
+    let pods_started = grant_pods().saturating_sub(pods_before);
+    let pods_total = grant_pods();
+    delete_namespace(stack, &ns).await;
+
+    let (ready, floor) = (Samples(ready), Samples(floor));
+    table.row(&format!("4. new Revision of a Service → Ready (median of {n})"), fmt_duration(ready.median()), "-", times_baseline(ready.median(), floor.median()));
+    table.row("   … p90 / max", spread(&ready), "-", times_baseline(ready.percentile(90.0), floor.percentile(90.0)));
+    table.row(&format!("   grant Pods started during them / in the namespace"), format!("{pods_started} / {pods_total}"), "-", "-".into());
+    table.row(&format!("   baseline: ConfigMap patch → read back (median of {n})"), fmt_duration(floor.median()), "-", "1×".into());
+}
+
+/// A merge patch of ConfigMap `name`'s TARGET through the API until a GET reads `value` back.
+async fn patch_config_map(stack: &LampyrStack, maps: &Api<ConfigMap>, name: &str, value: &str) -> Duration {
+    let started = Instant::now();
+    let patch = json!({ "data": { "TARGET": value } });
+    maps.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_or_else(|e| panic!("patching ConfigMap {name}: {e}"));
+    stack
+        .poll(&format!("ConfigMap {name} = {value}"), POLL, async || {
+            let map = maps.get_opt(name).await.ok().flatten()?;
+            (map.data?.get("TARGET")? == value).then_some(())
+        })
+        .await;
+    started.elapsed()
 }
 
 // ---------- Clean-up ----------

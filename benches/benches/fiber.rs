@@ -87,7 +87,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn density(artifact: &lampyr_fiber::VerifiedArtifact) -> (f64, f64) {
     let rt = runtime();
     let template = Template::load(artifact, &Env::default()).expect("load");
-    let config = PoolConfig { revision: "density".into(), max_fibers: DENSITY_FIBERS, queue_capacity: 1 };
+    let config = PoolConfig { revision: "density".into(), max_fibers: DENSITY_FIBERS, queue_capacity: 1, capacity: None };
     let pool = FiberPool::new(template, config, RuntimeMetrics::default());
     rt.block_on(pool.set_desired(1)).expect("one fiber");
     let before = private_memory_bytes();
@@ -123,7 +123,7 @@ fn handoff_floor(busy: Duration) -> Samples {
 fn dispatch(artifact: &lampyr_fiber::VerifiedArtifact) -> (Samples, Samples) {
     let rt = runtime();
     let template = Template::load(artifact, &Env::default()).expect("load");
-    let config = PoolConfig { revision: "dispatch".into(), max_fibers: 1, queue_capacity: 1 };
+    let config = PoolConfig { revision: "dispatch".into(), max_fibers: 1, queue_capacity: 1, capacity: None };
     let pool = FiberPool::new(template, config, RuntimeMetrics::default());
     let (mut host, mut guest) = (Vec::new(), Vec::new());
     rt.block_on(async {

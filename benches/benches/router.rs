@@ -388,7 +388,7 @@ fn cold_start() {
     let template = Template::load(&artifact, &Env::default()).expect("load");
     let pool = FiberPool::new(
         template,
-        PoolConfig { revision: "bench-00001".into(), max_fibers: 4, queue_capacity: 16 },
+        PoolConfig { revision: "bench-00001".into(), max_fibers: 4, queue_capacity: 16, capacity: None },
         RuntimeMetrics::default(),
     );
     let rt = runtime("cold", 2);

@@ -42,6 +42,10 @@ fn is_zero_i64(n: &i64) -> bool {
     *n == 0
 }
 
+fn is_zero_i32(n: &i32) -> bool {
+    *n == 0
+}
+
 fn default_instances() -> i32 {
     1
 }
@@ -71,6 +75,12 @@ fn default_instances() -> i32 {
         type_ = "integer",
         json_path = ".status.allocatedSlots",
         description = "Fiber slots allocated to Homes"
+    ),
+    printcolumn(
+        name = "Homes",
+        type_ = "integer",
+        json_path = ".status.homes",
+        description = "Homes placed on this grant"
     ),
     printcolumn(
         name = "Instances",
@@ -149,9 +159,16 @@ pub struct CapacityGrantStatus {
     /// Grant Pods running fiberd and accepting fibers.
     #[serde(default)]
     pub ready_instances: i32,
-    /// Fiber slots allocated to Homes placed on this grant.
+    /// Fiber slots allocated to Homes placed on this grant: for each Home, the larger of the
+    /// slots it reserves (its `min-scale`) and the fibers it has warm.
     #[serde(default)]
     pub allocated_slots: i32,
+    /// Guest memory those slots hold, in bytes.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub allocated_memory_bytes: i64,
+    /// Homes placed on this grant.
+    #[serde(default)]
+    pub homes: i32,
 }
 
 crate::impl_knative_status!(CapacityGrantStatus, capacity_grant::CONDITION_SET);
@@ -238,9 +255,13 @@ pub struct HomeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DIGEST_REFERENCE_PATTERN))]
     pub sealed_template: Option<String>,
-    /// The CapacityGrant, in this Home's namespace, whose instances run the fibers.
+    /// The CapacityGrant, in this Home's namespace, whose instances run the fibers: where lampyr-controller placed it.
     #[schemars(length(min = 1))]
     pub grant_name: String,
+    /// Guest memory one fiber of this Home takes from its grant, in bytes (the snapshot's memory, or the container's memory request or limit when larger); 0 when unknown (fiberd then uses the snapshot's).
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    #[schemars(range(min = 0))]
+    pub fiber_memory_bytes: i64,
     /// The fiber policy translated from the Revision (scaling, timeouts, memory, env), which fiberd and fiber-router apply.
     #[serde(default)]
     pub policy: FiberPolicy,
@@ -286,6 +307,12 @@ pub struct HomeInstance {
     /// Why the template is not loaded (pull, verification or unseal failure), when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Fiber slots this instance keeps for the Home whether or not its fibers are warm (its share of `min-scale`).
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub reserved_slots: i32,
+    /// Guest memory the Home's fibers hold on this instance, in bytes.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub memory_bytes: i64,
 }
 
 crate::impl_knative_status!(HomeStatus, home::CONDITION_SET);

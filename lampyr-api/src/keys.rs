@@ -26,6 +26,12 @@ pub const SEALED_TEMPLATE: &str = "lampyr.dev/sealed-template";
 /// Annotation on a Revision template: the fingerprint of the fleet key its sealed template
 /// is sealed to (`ly deploy` writes it, and reseals when the cluster's key changes).
 pub const FLEET_KEY_FINGERPRINT: &str = "lampyr.dev/fleet-key";
+/// Annotation on a Revision template: the CapacityGrant (in the Revision's namespace) its
+/// Home is placed on, instead of the namespace's shared grant.
+pub const CAPACITY_GRANT_ANNOTATION: &str = "lampyr.dev/capacity-grant";
+/// The CapacityGrant lampyr-controller creates in a namespace on first use and places every
+/// Revision of it on that names no grant of its own.
+pub const SHARED_GRANT_NAME: &str = "lampyr-fibers";
 
 /// Label: the Configuration a Revision belongs to.
 pub const CONFIGURATION_LABEL: &str = "serving.knative.dev/configuration";

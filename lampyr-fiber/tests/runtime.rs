@@ -27,7 +27,7 @@ fn build(elf: PathBuf, opts: BuildOptions) -> Built {
 
 fn pool(built: &Built, env: Env, max_fibers: usize, queue_capacity: usize) -> FiberPool {
     let template = Template::load(&built.artifact, &env).expect("template loads");
-    let config = PoolConfig { revision: "test-00001".into(), max_fibers, queue_capacity };
+    let config = PoolConfig { revision: "test-00001".into(), max_fibers, queue_capacity, capacity: None };
     FiberPool::new(template, config, RuntimeMetrics::default())
 }
 
@@ -231,7 +231,7 @@ async fn a_snapshot_from_another_platform_boots_the_carried_elf() {
         foreign.fit
     );
     let template = Template::load(&foreign, &Env::default()).expect("falls back to the ELF");
-    let pool = FiberPool::new(template, PoolConfig { revision: "x".into(), max_fibers: 1, queue_capacity: 1 }, RuntimeMetrics::default());
+    let pool = FiberPool::new(template, PoolConfig { revision: "x".into(), max_fibers: 1, queue_capacity: 1, capacity: None }, RuntimeMetrics::default());
     let resp = pool.invoke(get("/"), in_secs(30)).await.expect("answers");
     assert_eq!(body(&resp), "Hello World!\n");
 }

@@ -8,6 +8,8 @@ use lampyr_api::keys::{FLEET_KEY_SECRET_KEY, FLEET_KEY_SECRET_NAME, FLEET_KEY_SE
 use lampyr_fiber::artifact::reference::Repository;
 use lampyr_router::ScalerConfig;
 
+use crate::share::InstanceShare;
+
 /// A key of a Secret: where fiberd reads the fleet key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecretKeyRef {
@@ -91,6 +93,13 @@ pub struct FiberdConfig {
     /// The scaler of every Revision's pool (as `ly run`'s); its `config-autoscaler`
     /// settings apply only to Homes whose policy carries none.
     pub scaler: ScalerConfig,
+    /// Fiber slots and guest memory (bytes) this instance holds for its grant (its share
+    /// of the grant's `fiberSlots` and `memoryBytes`), shared by every Home it serves;
+    /// unbounded when `None` (only each Home's `max-scale` bounds its fibers).
+    pub capacity: Option<(u32, u64)>,
+    /// Which of its grant's instances this is: each applies its share of a Home's
+    /// `min-scale`, `max-scale` and `initial-scale`; the whole policy when `None`.
+    pub instance: Option<InstanceShare>,
     /// Least time between two status writes for one Home (warm fiber updates).
     pub status_interval: Duration,
     /// Homes loading at once; more wait their turn.
@@ -110,7 +119,7 @@ pub struct FiberdConfig {
 impl FiberdConfig {
     /// Instance `name` serving `grants`, caching artifacts in `cache_dir`, with defaults
     /// for the rest: all namespaces, the listener's address, HTTPS registries, the
-    /// fleet key from [`SecretKeyRef::fleet_key`], `ly run`'s scaler, status at most
+    /// fleet key from [`SecretKeyRef::fleet_key`], `ly run`'s scaler, no capacity bound, status at most
     /// once a second per Home, 2 loads at once of at most 5 minutes each, retries
     /// after 2 s doubling to 5 minutes, 10 s to clear status, 30 s to drain.
     pub fn new(name: impl Into<String>, grants: Vec<String>, cache_dir: impl Into<PathBuf>) -> Self {
@@ -124,6 +133,8 @@ impl FiberdConfig {
             cache_dir: cache_dir.into(),
             fleet_key: FleetKeySource::Secret(SecretKeyRef::fleet_key()),
             scaler: ScalerConfig::default(),
+            capacity: None,
+            instance: None,
             status_interval: Duration::from_secs(1),
             max_concurrent_loads: 2,
             load_timeout: Duration::from_secs(300),

@@ -321,9 +321,14 @@ impl Supervisor {
         if loaded.home.metadata.uid != home.metadata.uid || needs_new_pool(&loaded.home.spec, &home.spec) {
             return false;
         }
+        // A share this instance no longer holds is a load (which reports it), not an update.
+        let Ok(scaling) = self.shared.loader.scaling(&home.spec.policy.scaling, &key_of(home)) else { return false };
         let generation = home.metadata.generation.unwrap_or(0);
         tracing::info!(home = %key_of(home), generation, "policy changed; applied to the loaded pool");
-        loaded.backend.update_policy(home.spec.policy.scaling.clone());
+        if let Some(account) = loaded.backend.pool().capacity() {
+            account.set_reserved(scaling.min_scale);
+        }
+        loaded.backend.update_policy(scaling);
         loaded.home = Arc::clone(home);
         let backend = Arc::clone(&loaded.backend);
         self.publish(home, &backend);
@@ -383,7 +388,7 @@ impl Supervisor {
                 tracing::info!(home = %key_of(&home), generation, "loaded");
                 self.publish(&home, &backend);
                 entry.loaded = true;
-                entry.warm_fibers = warm(&backend);
+                record_usage(&mut entry, &backend);
                 self.loaded = Some(Loaded { home: Arc::clone(&home), backend });
                 self.backoff = self.shared.config.retry_min;
                 self.retry_at = None;
@@ -412,7 +417,7 @@ impl Supervisor {
     /// Follows the warm fiber count; writes when the entry changed, at most once per interval.
     async fn refresh(&mut self) {
         if let (Some(loaded), Some(desired)) = (&self.loaded, &mut self.desired) {
-            desired.warm_fibers = warm(&loaded.backend);
+            record_usage(desired, &loaded.backend);
         }
         let due = self.last_write.is_none_or(|t| t.elapsed() >= self.shared.config.status_interval);
         if self.desired != self.written && due {
@@ -452,8 +457,15 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-fn warm(backend: &LocalBackend) -> i32 {
-    i32::try_from(backend.stats().fibers).unwrap_or(i32::MAX)
+/// Writes the backend's warm fibers, reserved slots and the memory they hold into `entry`.
+fn record_usage(entry: &mut HomeInstance, backend: &LocalBackend) {
+    let fibers = backend.stats().fibers;
+    entry.warm_fibers = i32::try_from(fibers).unwrap_or(i32::MAX);
+    if let Some(account) = backend.pool().capacity() {
+        entry.reserved_slots = i32::try_from(account.reserved()).unwrap_or(i32::MAX);
+        let memory = u64::from(account.live().max(account.reserved())).saturating_mul(account.fiber_memory());
+        entry.memory_bytes = i64::try_from(memory).unwrap_or(i64::MAX);
+    }
 }
 
 /// `text` cut to [`MAX_MESSAGE`] bytes at a character boundary.

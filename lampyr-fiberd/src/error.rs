@@ -136,6 +136,9 @@ pub enum LoadError {
     /// The first fibers (`initial-scale`) could not be started.
     #[error("starting the first fibers: {0}")]
     Start(#[source] InvokeError),
+    /// This instance holds no share of the Home's `max-scale`.
+    #[error(transparent)]
+    NoShare(#[from] crate::share::NoShare),
     /// The load took longer than allowed.
     #[error("loading did not finish within {0:?} (is the registry slow or unreachable?)")]
     Timeout(Duration),

@@ -27,6 +27,7 @@ mod daemon;
 mod error;
 mod load;
 pub mod preflight;
+mod share;
 mod status;
 
 use std::future::Future;
@@ -45,6 +46,7 @@ use tokio::sync::{Semaphore, oneshot, watch};
 
 pub use config::{FiberdConfig, FleetKeySource, SecretKeyRef};
 pub use error::{FiberdError, FleetKeyError, LoadError};
+pub use share::{InstanceShare, NoShare};
 
 /// Runs fiberd with `config`, reaching the API server with `client` and serving
 /// forwarded requests (and `/healthz`, `/metrics`) on `listener`, until
@@ -85,6 +87,8 @@ pub async fn run(
         template_repositories: config.template_repositories.clone(),
         metrics,
         scaler: config.scaler.clone(),
+        capacity: config.capacity.map(|(slots, memory)| lampyr_fiber::runtime::Capacity::new(slots, memory)),
+        share: config.instance,
     };
     let homes: Api<Home> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -138,6 +142,12 @@ fn check(config: &FiberdConfig) -> Result<(), FiberdError> {
             return Err(FiberdError::Config(format!("--advertise {advertise:?}: expected HOST:PORT")));
         }
     }
+    if config.capacity.is_some_and(|(slots, memory)| slots == 0 || memory == 0) {
+        return Err(FiberdError::Config("the instance's fiber slots and memory must be at least 1 (--fiber-slots, --fiber-memory)".into()));
+    }
+    if config.instance.is_some_and(|i| i.count == 0 || i.index >= i.count) {
+        return Err(FiberdError::Config("--instance-index must be below --instances".into()));
+    }
     if config.max_concurrent_loads == 0 {
         return Err(FiberdError::Config("at least one load must be allowed at once".into()));
     }
@@ -163,6 +173,8 @@ mod tests {
         assert!(with(&|c| c.name.clear()).contains("--name"));
         assert!(with(&|c| c.grants.clear()).contains("--grant"));
         assert!(with(&|c| c.max_concurrent_loads = 0).contains("load"));
+        assert!(with(&|c| c.capacity = Some((0, 1 << 20))).contains("--fiber-slots"));
+        assert!(with(&|c| c.instance = Some(InstanceShare { index: 2, count: 2 })).contains("--instance-index"));
         for bad in ["10.0.0.7", ":8080", "10.0.0.7:x", "10.0.0.7:0"] {
             assert!(with(&|c| c.advertise = Some(bad.into())).contains("HOST:PORT"), "{bad}");
         }

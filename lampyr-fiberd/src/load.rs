@@ -12,13 +12,14 @@ use lampyr_fiber::artifact::reference::Repository;
 use lampyr_fiber::cache::Cache;
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::registry::RegistryClient;
-use lampyr_fiber::runtime::revision_pool;
+use lampyr_fiber::runtime::{Capacity, revision_pool};
 use lampyr_fiber::seal::{FleetKey, open_artifact};
 use lampyr_fiber::{ArtifactRef, VerifiedArtifact};
 use lampyr_router::{LocalBackend, ScalerConfig};
 
 use crate::config::{FleetKeySource, SecretKeyRef};
 use crate::error::{FleetKeyError, LoadError};
+use crate::share::{InstanceShare, NoShare};
 
 /// Everything a load needs; shared by every Home's supervisor.
 pub(crate) struct Loader {
@@ -29,6 +30,10 @@ pub(crate) struct Loader {
     pub(crate) template_repositories: Vec<Repository>,
     pub(crate) metrics: RuntimeMetrics,
     pub(crate) scaler: ScalerConfig,
+    /// The instance's fiber slots and memory, shared by every Home's pool; unbounded when `None`.
+    pub(crate) capacity: Option<Arc<Capacity>>,
+    /// Which of its grant's instances this is, when the grant has several.
+    pub(crate) share: Option<InstanceShare>,
 }
 
 impl Loader {
@@ -37,6 +42,8 @@ impl Loader {
     /// run it on a blocking thread (see `supervisor`).
     pub(crate) async fn load(&self, home: &Home) -> Result<Arc<LocalBackend>, LoadError> {
         let spec = &home.spec;
+        let mut policy = spec.policy.clone();
+        policy.scaling = self.scaling(&spec.policy.scaling, &key_of(home))?;
         let (repo, digest) = registry_ref("spec.artifact", &spec.artifact)?;
         let artifact = match &spec.sealed_template {
             Some(template) => self.open_sealed(template, &digest).await?,
@@ -47,9 +54,28 @@ impl Loader {
                 .map_err(|e| LoadError::Pull { reference: spec.artifact.clone(), source: Box::new(e) })?,
         };
         tracing::info!(home = %key_of(home), artifact = %artifact.digest, "verified; loading the template");
-        let pool = revision_pool(&artifact, &spec.policy, &spec.revision_name, self.scaler.max_fibers, self.metrics.clone())
+        let fiber_memory = fiber_memory(spec, artifact.sizes.memory);
+        let min_scale = policy.scaling.min_scale;
+        let account = self.capacity.as_ref().map(|c| Arc::new(c.account(min_scale, fiber_memory)));
+        if let Some(account) = account.as_ref().filter(|a| a.reserved() < min_scale) {
+            tracing::warn!(
+                home = %key_of(home), min_scale, reserved = account.reserved(),
+                "this instance has too few free slots for the Home's min-scale; reserved what is free"
+            );
+        }
+        let unbounded = self.capacity.as_ref().map_or(self.scaler.max_fibers, |c| c.slots().min(self.scaler.max_fibers));
+        let pool = revision_pool(&artifact, &policy, &spec.revision_name, unbounded, account, self.metrics.clone())
             .map_err(|e| LoadError::Pool { artifact: artifact.digest.clone(), source: Box::new(e) })?;
-        LocalBackend::start(pool, spec.policy.scaling.clone(), self.scaler.clone()).await.map_err(LoadError::Start)
+        LocalBackend::start(pool, policy.scaling, self.scaler.clone()).await.map_err(LoadError::Start)
+    }
+
+    /// The scaling bounds this instance applies to a Home with `scaling`: its share when
+    /// its grant has several instances.
+    pub(crate) fn scaling(&self, scaling: &lampyr_fiber::policy::ScalingPolicy, home: &str) -> Result<lampyr_fiber::policy::ScalingPolicy, NoShare> {
+        match &self.share {
+            Some(share) => share.scaling(scaling, home),
+            None => Ok(scaling.clone()),
+        }
     }
 
     /// Pulls sealed template `template`, checks it seals artifact `digest`, and opens it.
@@ -108,6 +134,15 @@ pub(crate) fn parse_fleet_key(bytes: Vec<u8>, from: FleetKeySource) -> Result<Fl
     FleetKey::parse(&text).map_err(|source| FleetKeyError::Invalid { from, source })
 }
 
+/// Guest memory one fiber of the Home takes: what lampyr-controller placed it with, else
+/// the larger of the snapshot's memory and the policy's memory.
+pub(crate) fn fiber_memory(spec: &HomeSpec, snapshot_memory: u64) -> u64 {
+    match u64::try_from(spec.fiber_memory_bytes) {
+        Ok(placed) if placed > 0 => placed,
+        _ => spec.policy.memory_bytes.unwrap_or(0).max(snapshot_memory).max(1),
+    }
+}
+
 /// Whether serving `new` in place of the loaded `old` needs a new pool: the
 /// Revision, its artifact or template, or what the pool is built from (the
 /// environment, the memory, `max-scale`) changed. The rest of the policy
@@ -118,6 +153,7 @@ pub(crate) fn needs_new_pool(old: &HomeSpec, new: &HomeSpec) -> bool {
         || old.artifact != new.artifact
         || old.sealed_template != new.sealed_template
         || old.grant_name != new.grant_name
+        || old.fiber_memory_bytes != new.fiber_memory_bytes
         || a.env != b.env
         || a.memory_bytes != b.memory_bytes
         || a.scaling.max_scale != b.scaling.max_scale
@@ -182,6 +218,7 @@ mod tests {
             artifact: format!("127.0.0.1:5000/lampyr/hello@{D}"),
             sealed_template: None,
             grant_name: "g".into(),
+            fiber_memory_bytes: 0,
             policy: lampyr_fiber::policy::FiberPolicy::default(),
         };
         type Change = fn(&mut HomeSpec);
@@ -204,6 +241,7 @@ mod tests {
             |s| s.policy.env = vec![("A".into(), "1".into())],
             |s| s.policy.memory_bytes = Some(1 << 30),
             |s| s.policy.scaling.max_scale = 3,
+            |s| s.fiber_memory_bytes = 64 << 20,
         ];
         for change in reloaded {
             let mut new = old.clone();

@@ -76,6 +76,11 @@ pub fn go_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} must not be negative"))
 }
 
+/// Parses a Kubernetes quantity flag of bytes (`2Gi`, `512Mi`), rounded up to whole bytes.
+pub fn byte_quantity(text: &str) -> Result<u64, String> {
+    lampyr_api::quantity::parse_quantity(text).map(|q| q.ceil()).map_err(|e| format!("{text:?}: {e}"))
+}
+
 /// Why a controller process stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

@@ -10,7 +10,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use lampyr_api::conditions::{CONDITION_READY, ConditionStatus, KnativeStatus};
-use lampyr_api::{CapacityGrant, GrantPolicy};
+use lampyr_api::{CapacityGrant, GrantPolicy, Home};
 use lampyr_reconcile::grant::pods::GRANT_LABEL;
 use lampyr_reconcile::grant::status::REASON_IMAGE_NOT_ALLOWED;
 use lampyr_testenv::{Cluster, Process, repo_root, workspace_binary};
@@ -251,4 +251,50 @@ async fn grant_pods_identity_is_written_once_per_namespace_not_per_grant() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     grant(&client, &ns, "last", 1, "registry.example.com/identity").await;
     poll("the service account again", async || accounts.get_opt("lampyr-fiberd").await.ok()?).await;
+}
+
+#[tokio::test]
+async fn a_grant_reports_the_homes_placed_on_it_and_what_they_hold() {
+    let cluster = environment().await;
+    let client = cluster.client().await;
+    let ns = cluster.namespace("grant-alloc").await;
+    allow(&client, "grant-test-alloc", &["registry.example.com/alloc/fiberd", "registry.example.com/alloc/helper"]).await;
+    grant(&client, &ns, "shared", 2, "registry.example.com/alloc").await;
+    let homes: Api<Home> = Api::namespaced(client.clone(), &ns);
+    let grants: Api<CapacityGrant> = Api::namespaced(client.clone(), &ns);
+    let artifact = format!("registry.example.com/alloc/app@{DIGEST}");
+    for (name, grant) in [("a-00001", "shared"), ("b-00001", "shared"), ("elsewhere-00001", "other")] {
+        let home: Home = serde_json::from_value(json!({
+            "apiVersion": "fiber.lampyr.dev/v1alpha1", "kind": "Home",
+            "metadata": { "name": name, "namespace": ns },
+            "spec": { "revisionName": name, "artifact": artifact, "grantName": grant },
+        }))
+        .expect("a Home");
+        homes.create(&PostParams::default(), &home).await.expect("create Home");
+    }
+    // What two fiberd instances report: a holds 2 reserved slots on each instance and
+    // runs 3 fibers on one; b holds nothing (scaled to zero, min-scale 0).
+    let entries = json!([
+        { "name": "shared-0", "address": "10.0.0.1:8012", "loaded": true, "reservedSlots": 2, "warmFibers": 3, "memoryBytes": 300 },
+        { "name": "shared-1", "address": "10.0.0.2:8012", "loaded": true, "reservedSlots": 2, "warmFibers": 0, "memoryBytes": 200 },
+    ]);
+    for (entry, manager) in entries.as_array().expect("entries").iter().zip(["fiberd/shared-0", "fiberd/shared-1"]) {
+        let body = json!({ "apiVersion": "fiber.lampyr.dev/v1alpha1", "kind": "Home", "metadata": { "name": "a-00001" },
+                           "status": { "instances": [entry] } });
+        homes.patch_status("a-00001", &PatchParams::apply(manager), &Patch::Apply(&body)).await.expect("entry");
+    }
+    let status = poll("the grant's allocation", async || {
+        let status = grants.get("shared").await.ok()?.status?;
+        (status.allocated_slots == 5).then_some(status)
+    })
+    .await;
+    assert_eq!((status.homes, status.allocated_memory_bytes), (2, 500), "{status:?}");
+
+    // Deleting a Home frees what it held.
+    homes.delete("a-00001", &DeleteParams::default()).await.expect("delete");
+    poll("the allocation freed", async || {
+        let status = grants.get("shared").await.ok()?.status?;
+        (status.allocated_slots == 0 && status.homes == 1).then_some(())
+    })
+    .await;
 }

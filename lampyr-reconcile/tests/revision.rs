@@ -84,11 +84,13 @@ async fn a_service_gets_home_grant_and_service_and_becomes_ready_with_a_simulate
     assert_eq!(status.container_statuses[0].image_digest, artifact, "the artifact, pinned by digest");
     assert_eq!(status.observed_generation, rev.metadata.generation.unwrap_or(0));
 
-    // Home, CapacityGrant and Service, named like the Revision and controlled by it.
+    // Home and Service, named like the Revision and controlled by it; the namespace's
+    // shared CapacityGrant, created on first use and owned by no Revision.
     let home = wait_for(&apis.homes, "hello-00001", "Home created", |_| true).await;
-    let grant = wait_for(&apis.grants, "hello-00001", "CapacityGrant created", |_| true).await;
+    let grant = wait_for(&apis.grants, keys::SHARED_GRANT_NAME, "shared CapacityGrant created", |_| true).await;
     let svc = wait_for(&apis.services, "hello-00001", "Service created", |_| true).await;
-    for (kind, meta) in [("Home", &home.metadata), ("CapacityGrant", &grant.metadata), ("Service", &svc.metadata)] {
+    assert!(grant.metadata.owner_references.is_none(), "the shared grant outlives Revisions");
+    for (kind, meta) in [("Home", &home.metadata), ("Service", &svc.metadata)] {
         let owners = meta.owner_references.clone().unwrap_or_default();
         assert_eq!(owners.len(), 1, "{kind}: {owners:?}");
         let o = &owners[0];
@@ -103,13 +105,13 @@ async fn a_service_gets_home_grant_and_service_and_becomes_ready_with_a_simulate
     }
     assert_eq!(home.spec.revision_name, "hello-00001");
     assert_eq!(home.spec.artifact, artifact);
-    assert_eq!(home.spec.grant_name, "hello-00001");
+    assert_eq!(home.spec.grant_name, keys::SHARED_GRANT_NAME);
     assert_eq!(home.spec.sealed_template, None);
     assert_eq!(home.spec.policy.timeouts.request, Duration::from_secs(300));
     let (layout, digest) = hello();
     let per_fiber = verify_layout(layout, Some(digest)).expect("verifies").sizes.memory;
-    assert_eq!(grant.spec.fiber_slots, 10, "the default: no max-scale");
-    assert_eq!(grant.spec.memory_bytes, 10 * i64::try_from(per_fiber).expect("size"));
+    assert_eq!(home.spec.fiber_memory_bytes, i64::try_from(per_fiber).expect("size"), "one fiber: the snapshot's memory");
+    assert_eq!((grant.spec.fiber_slots, grant.spec.memory_bytes), (100, 2 << 30), "the default sizing: one instance");
     assert_eq!(grant.spec.instances, 1);
     assert_eq!((grant.spec.grant_image.clone(), grant.spec.helper_image.clone()), (grant_image(), helper_image()));
     let spec = svc.spec.clone().expect("spec");
@@ -127,7 +129,7 @@ async fn a_service_gets_home_grant_and_service_and_becomes_ready_with_a_simulate
     let status = revision_status(&rev);
     assert!(condition(&status.conditions, CONDITION_READY).is_unknown());
     assert_eq!(condition(&status.conditions, revision::ACTIVE).reason, revision::REASON_DEPLOYING);
-    grant_ready(&client, &ns, "hello-00001").await;
+    grant_ready(&client, &ns, keys::SHARED_GRANT_NAME).await;
     wait_for(&apis.homes, "hello-00001", "GrantReady", |h| {
         h.status.as_ref().and_then(|s| s.get_condition(home::GRANT_READY)).is_some_and(|c| c.is_true())
     })
@@ -187,8 +189,8 @@ async fn a_service_gets_home_grant_and_service_and_becomes_ready_with_a_simulate
     apis.ksvcs.delete("hello", &DeleteParams::foreground()).await.expect("delete");
     wait_gone(&apis.revisions, "hello-00001").await;
     wait_gone(&apis.homes, "hello-00001").await;
-    wait_gone(&apis.grants, "hello-00001").await;
     wait_gone(&apis.services, "hello-00001").await;
+    assert!(apis.grants.get_opt(keys::SHARED_GRANT_NAME).await.expect("get").is_some(), "the shared grant stays");
     controller.stop().await;
 }
 
@@ -256,8 +258,8 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
         create_service(&client, &ns, &knative_service(name, &ns, artifact.as_deref(), container.clone())).await;
     }
     // The good one becomes Ready with a simulated grant controller and fiberd.
-    wait_for(&apis.grants, "good-00001", "grant", |_| true).await;
-    grant_ready(&client, &ns, "good-00001").await;
+    wait_for(&apis.grants, keys::SHARED_GRANT_NAME, "shared grant", |_| true).await;
+    grant_ready(&client, &ns, keys::SHARED_GRANT_NAME).await;
     fiberd_reports(&client, &ns, "good-00001", "grant-0", true, 1, None).await;
     wait_for(&apis.revisions, "good-00001", "Ready", |r| ready_is(r, "True")).await;
 
@@ -297,7 +299,6 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
     for (name, ..) in &cases {
         let rev = format!("{name}-00001");
         assert!(apis.homes.get_opt(&rev).await.expect("get").is_none(), "{rev} has no Home");
-        assert!(apis.grants.get_opt(&rev).await.expect("get").is_none(), "{rev} has no grant");
         assert!(apis.services.get_opt(&rev).await.expect("get").is_none(), "{rev} has no Service");
     }
     // (The Service's Ready may show the Route's failure instead: upstream picks the latest False.)
@@ -329,8 +330,8 @@ async fn a_template_every_instance_fails_to_load_makes_the_revision_fail() {
     let artifact = push_hello(&registry, "lampyr/hello").await;
     let controller = Controller::start(client.clone(), config(&ns, &[registry.host()])).await;
     create_service(&client, &ns, &knative_service("hello", &ns, Some(&artifact), json!({}))).await;
-    wait_for(&apis.grants, "hello-00001", "grant", |_| true).await;
-    grant_ready(&client, &ns, "hello-00001").await;
+    wait_for(&apis.grants, keys::SHARED_GRANT_NAME, "shared grant", |_| true).await;
+    grant_ready(&client, &ns, keys::SHARED_GRANT_NAME).await;
     fiberd_reports(&client, &ns, "hello-00001", "grant-0", false, 0, Some("platform mismatch: cpu_vendor")).await;
     let ready = failed(&apis, "hello-00001").await;
     assert_eq!(ready.reason, "TemplateLoadFailed");
@@ -352,8 +353,8 @@ async fn a_revision_no_fiberd_loads_within_its_progress_deadline_fails_until_one
     let annotations = service.spec.template.metadata.annotations.get_or_insert_default();
     annotations.insert(keys::PROGRESS_DEADLINE_ANNOTATION.into(), "3s".into());
     create_service(&client, &ns, &service).await;
-    wait_for(&apis.grants, "slow-00001", "grant", |_| true).await;
-    grant_ready(&client, &ns, "slow-00001").await;
+    wait_for(&apis.grants, keys::SHARED_GRANT_NAME, "shared grant", |_| true).await;
+    grant_ready(&client, &ns, keys::SHARED_GRANT_NAME).await;
 
     // The grant is Ready but no fiberd ever reports the template loaded.
     let ready = failed(&apis, "slow-00001").await;
@@ -447,8 +448,8 @@ async fn restarting_the_controller_binary_mid_rollout_converges_without_duplicat
     wait_for(&apis.homes, "hello-00002", "Home of 00002 (after the lease expired)", |_| true).await;
     let takeover = took_over.elapsed();
     for rev in ["hello-00001", "hello-00002"] {
-        wait_for(&apis.grants, rev, "grant", |_| true).await;
-        grant_ready(&client, &ns, rev).await;
+        wait_for(&apis.grants, keys::SHARED_GRANT_NAME, "shared grant", |_| true).await;
+        grant_ready(&client, &ns, keys::SHARED_GRANT_NAME).await;
         fiberd_reports(&client, &ns, rev, "grant-0", true, 0, None).await;
         wait_for(&apis.revisions, rev, "Ready", |r| ready_is(r, "True")).await;
     }
@@ -467,7 +468,7 @@ async fn restarting_the_controller_binary_mid_rollout_converges_without_duplicat
     let homes = apis.homes.list(&lp).await.expect("homes");
     assert_eq!(names(homes.items.iter().filter_map(|h| h.metadata.name.clone()).collect()), ["hello-00001", "hello-00002"]);
     let grants = apis.grants.list(&lp).await.expect("grants");
-    assert_eq!(names(grants.items.iter().filter_map(|g| g.metadata.name.clone()).collect()), ["hello-00001", "hello-00002"]);
+    assert_eq!(names(grants.items.iter().filter_map(|g| g.metadata.name.clone()).collect()), [keys::SHARED_GRANT_NAME], "one shared grant");
     let ours = ListParams::default().labels("app.kubernetes.io/managed-by=lampyr-controller");
     let services = apis.services.list(&ours).await.expect("services");
     assert_eq!(names(services.items.iter().filter_map(|s| s.metadata.name.clone()).collect()), ["hello-00001", "hello-00002"]);

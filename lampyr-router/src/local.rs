@@ -20,11 +20,17 @@ pub struct LocalBackend {
 
 impl LocalBackend {
     /// Serves from `pool`, starts `initial-scale` fibers and the scaling loop
-    /// (which ends when the backend is dropped).
+    /// (which ends when the backend is dropped). Fibers the pool's capacity has no
+    /// room for are not an error: the pool serves with those it could start, and
+    /// requests that find no fiber and no room are answered 503.
     pub async fn start(pool: FiberPool, scaling: lampyr_fiber::policy::ScalingPolicy, config: ScalerConfig) -> Result<Arc<Self>, InvokeError> {
         let tick = config.tick;
         let scaler = Scaler::new(scaling, config, std::time::Instant::now());
-        pool.set_desired(scaler.initial() as usize).await?;
+        match pool.set_desired(scaler.initial() as usize).await {
+            Ok(()) => {}
+            Err(InvokeError::NoCapacity(why)) => tracing::warn!(%why, "starting with fewer fibers than initial-scale"),
+            Err(e) => return Err(e),
+        }
         let backend = Arc::new(LocalBackend { pool, scaler: Mutex::new(scaler), arrivals: AtomicU64::new(0) });
         tokio::spawn(scale_loop(Arc::downgrade(&backend), tick));
         Ok(backend)
@@ -52,8 +58,10 @@ impl LocalBackend {
         };
         let pool = self.pool.clone();
         tokio::spawn(async move {
-            if let Err(e) = pool.set_desired(n as usize).await {
-                tracing::warn!(error = %e, "waking the revision failed");
+            match pool.set_desired(n as usize).await {
+                Ok(()) => {}
+                Err(InvokeError::NoCapacity(why)) => tracing::debug!(%why, "no room to wake the revision"),
+                Err(e) => tracing::warn!(error = %e, "waking the revision failed"),
             }
         });
     }
@@ -68,8 +76,14 @@ impl LocalBackend {
             scaler.decide(now, stats.live as u32)
         };
         let resize = decision.desired as usize != stats.desired || (decision.desired as usize) < stats.live;
-        if resize && let Err(e) = self.pool.set_desired(decision.desired as usize).await {
-            tracing::warn!(error = %e, "resizing the revision failed");
+        if !resize {
+            return;
+        }
+        match self.pool.set_desired(decision.desired as usize).await {
+            Ok(()) => {}
+            // Expected while the instance is full; the next tick tries again.
+            Err(InvokeError::NoCapacity(why)) => tracing::debug!(%why, "no room to scale up"),
+            Err(e) => tracing::warn!(error = %e, "resizing the revision failed"),
         }
     }
 }

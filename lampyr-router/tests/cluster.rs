@@ -153,6 +153,7 @@ async fn create_home(client: &Client, ns: &str, name: &str, policy: FiberPolicy,
             artifact: ARTIFACT.to_string(),
             sealed_template: None,
             grant_name: "grant".to_string(),
+            fiber_memory_bytes: 0,
             policy,
         },
     );

@@ -50,7 +50,7 @@ async fn entry(rev: Rev, metrics: &RuntimeMetrics) -> (RevisionEntry, Arc<LocalB
     let env = Env { vars: rev.env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
     let template = Template::load(&rev.artifact, &env).expect("template");
     let max = if rev.policy.scaling.max_scale == 0 { 8 } else { rev.policy.scaling.max_scale as usize };
-    let pool = FiberPool::new(template, PoolConfig { revision: rev.name.into(), max_fibers: max, queue_capacity: rev.queue }, metrics.clone());
+    let pool = FiberPool::new(template, PoolConfig { revision: rev.name.into(), max_fibers: max, queue_capacity: rev.queue, capacity: None }, metrics.clone());
     let backend = LocalBackend::start(pool, rev.policy.scaling.clone(), fast_scaler()).await.expect("backend");
     let entry = RevisionEntry::new("default", rev.name, rev.policy, backend.clone());
     (entry, backend)

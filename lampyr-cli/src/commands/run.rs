@@ -187,7 +187,7 @@ async fn load_revision(
         let mut ui = ui.lock().map_err(|_| CliError::Usage("terminal lock poisoned".into()))?;
         artifact_for(source, service, &policy, &mut ui)?
     };
-    let pool = revision_pool(&artifact, &policy, revision, scaler.max_fibers, metrics.clone()).map_err(|e| match e {
+    let pool = revision_pool(&artifact, &policy, revision, scaler.max_fibers, None, metrics.clone()).map_err(|e| match e {
         RevisionPoolError::Template(e) => CliError::Artifact(e),
         e @ RevisionPoolError::MemoryBelowHeap { .. } => CliError::Usage(format!("{}: {e}", source.manifest.display())),
     })?;

@@ -32,6 +32,8 @@ pub enum CallOutcome {
     Crashed(String),
     /// Any other failure of the call.
     Failed(String),
+    /// No fiber could start: the instance's capacity is taken (no guest code ran).
+    NoCapacity(String),
 }
 
 /// What to do with a fiber after a call.

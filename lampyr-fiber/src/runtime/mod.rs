@@ -1,5 +1,6 @@
 //! Fibers serving requests: templates, fibers, pools, watchdogs.
 
+pub mod capacity;
 pub mod fiber;
 pub mod host;
 pub mod pool;
@@ -7,6 +8,7 @@ pub mod revision;
 pub mod template;
 pub mod watchdog;
 
+pub use capacity::{Capacity, CapacityAccount, CapacityExhausted, CapacityUsage};
 pub use pool::{CallTimings, FiberPool, PoolConfig, PoolStats};
 pub use revision::{RevisionPoolError, revision_pool};
 pub use template::Template;
@@ -49,6 +51,9 @@ pub enum InvokeError {
     /// No fiber could be started.
     #[error("no fiber available: {0}")]
     Unavailable(String),
+    /// No fiber could be started within the instance's fiber slots and memory.
+    #[error("no fiber slot free: {0}")]
+    NoCapacity(String),
 }
 
 impl InvokeError {
@@ -56,7 +61,7 @@ impl InvokeError {
     pub fn http_status(&self) -> u16 {
         match self {
             InvokeError::RequestTooLarge { .. } => 413,
-            InvokeError::Overloaded { .. } | InvokeError::Unavailable(_) => 503,
+            InvokeError::Overloaded { .. } | InvokeError::Unavailable(_) | InvokeError::NoCapacity(_) => 503,
             InvokeError::QueueTimeout | InvokeError::Timeout => 504,
             InvokeError::Crashed(_) | InvokeError::BadResponse(_) | InvokeError::FiberFailed(_) => 502,
             // Nobody reads it; 499 is the conventional "client closed request" code.
@@ -76,11 +81,15 @@ impl InvokeError {
             InvokeError::BadResponse(_) => "bad_response",
             InvokeError::FiberFailed(_) => "error",
             InvokeError::Unavailable(_) => "unavailable",
+            InvokeError::NoCapacity(_) => "no_capacity",
         }
     }
 
     /// Whether the request may be retried elsewhere unchanged (no guest code ran).
     pub fn retryable(&self) -> bool {
-        matches!(self, InvokeError::Overloaded { .. } | InvokeError::QueueTimeout | InvokeError::Unavailable(_))
+        matches!(
+            self,
+            InvokeError::Overloaded { .. } | InvokeError::QueueTimeout | InvokeError::Unavailable(_) | InvokeError::NoCapacity(_)
+        )
     }
 }

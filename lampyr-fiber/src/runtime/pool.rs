@@ -1,5 +1,7 @@
 //! A Revision's fiber pool: at most `max_fibers` fibers, each serving one
 //! request at a time, a bounded queue in front, warm size set from outside.
+//! With a [`CapacityAccount`], every fiber also takes a slot of its instance's
+//! shared capacity; a request that finds none free is refused (503).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,6 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
 use super::InvokeError;
+use super::capacity::{CapacityAccount, CapacityExhausted};
 use super::fiber::{CallOutcome, Disposition, Fiber};
 use super::template::Template;
 use super::watchdog::{CallState, KillReason, WatchdogGuard};
@@ -24,6 +27,34 @@ pub struct PoolConfig {
     pub max_fibers: usize,
     /// Most requests waiting for a fiber; more are refused with 503.
     pub queue_capacity: usize,
+    /// The pool's share of its instance's fiber slots and memory; unbounded when `None`.
+    pub capacity: Option<Arc<CapacityAccount>>,
+}
+
+/// Why no fiber could be started.
+enum StartError {
+    /// The instance's capacity is taken.
+    Capacity(CapacityExhausted),
+    /// The sandbox could not be created.
+    Sandbox(hyperlight_host::HyperlightError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Capacity(e) => e.fmt(f),
+            StartError::Sandbox(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<StartError> for InvokeError {
+    fn from(e: StartError) -> Self {
+        match e {
+            StartError::Capacity(e) => InvokeError::NoCapacity(e.to_string()),
+            StartError::Sandbox(e) => InvokeError::Unavailable(format!("could not start a fiber: {e}")),
+        }
+    }
 }
 
 /// Counts describing a pool right now.
@@ -96,6 +127,11 @@ impl FiberPool {
                 metrics,
             }),
         }
+    }
+
+    /// The pool's share of its instance's capacity, if it has one.
+    pub fn capacity(&self) -> Option<&Arc<CapacityAccount>> {
+        self.inner.config.capacity.as_ref()
     }
 
     /// The template fibers come from.
@@ -207,7 +243,11 @@ impl PoolInner {
             Ok(f) => f,
             Err(e) => {
                 state.mark_returned();
-                let _ = answer.send((CallOutcome::Failed(format!("could not start a fiber: {e}")), Duration::ZERO));
+                let outcome = match e {
+                    StartError::Capacity(e) => CallOutcome::NoCapacity(e.to_string()),
+                    StartError::Sandbox(e) => CallOutcome::Failed(format!("could not start a fiber: {e}")),
+                };
+                let _ = answer.send((outcome, Duration::ZERO));
                 // No fiber was created, so none is returned or dropped.
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
                 self.gauge_update();
@@ -250,15 +290,27 @@ impl PoolInner {
         drop(permit);
     }
 
-    fn take_fiber(&self) -> Result<Fiber, hyperlight_host::HyperlightError> {
+    fn take_fiber(&self) -> Result<Fiber, StartError> {
         if let Some(f) = self.idle.lock().ok().and_then(|mut v| v.pop()) {
             return Ok(f);
         }
         self.start_fiber()
     }
 
-    fn start_fiber(&self) -> Result<Fiber, hyperlight_host::HyperlightError> {
-        let fiber = Fiber::new(&self.template)?;
+    /// Starts a fiber within the pool's capacity account, if it has one.
+    fn start_fiber(&self) -> Result<Fiber, StartError> {
+        if let Some(account) = &self.config.capacity {
+            account.admit().map_err(StartError::Capacity)?;
+        }
+        let fiber = match Fiber::new(&self.template) {
+            Ok(fiber) => fiber,
+            Err(e) => {
+                if let Some(account) = &self.config.capacity {
+                    account.release();
+                }
+                return Err(StartError::Sandbox(e));
+            }
+        };
         self.live.fetch_add(1, Ordering::AcqRel);
         self.metrics.fiber_starts.inc();
         Ok(fiber)
@@ -274,14 +326,15 @@ impl PoolInner {
     fn drop_fiber(&self, fiber: Option<Fiber>) {
         drop(fiber);
         self.live.fetch_sub(1, Ordering::AcqRel);
+        if let Some(account) = &self.config.capacity {
+            account.release();
+        }
     }
 
     /// Creates or drops idle fibers until `n` are alive (busy ones are never dropped).
     fn resize(&self, n: usize) -> Result<(), InvokeError> {
         while self.live.load(Ordering::Acquire) < n {
-            let fiber = self
-                .start_fiber()
-                .map_err(|e| InvokeError::Unavailable(format!("could not start a fiber: {e}")))?;
+            let fiber = self.start_fiber()?;
             self.push_idle(fiber);
         }
         loop {
@@ -310,6 +363,7 @@ impl PoolInner {
                 "crash"
             }
             CallOutcome::Failed(_) => "error",
+            CallOutcome::NoCapacity(_) => "no_capacity",
         };
         m.request(name);
         m.guest_seconds.observe(timings.guest.as_secs_f64());
@@ -325,5 +379,6 @@ fn outcome_to_result(outcome: CallOutcome) -> Result<Response, InvokeError> {
         CallOutcome::Abandoned => Err(InvokeError::Abandoned),
         CallOutcome::Crashed(msg) => Err(InvokeError::Crashed(msg)),
         CallOutcome::Failed(msg) => Err(InvokeError::FiberFailed(msg)),
+        CallOutcome::NoCapacity(msg) => Err(InvokeError::NoCapacity(msg)),
     }
 }

@@ -1,8 +1,11 @@
 //! A Revision's pool from its verified artifact and fiber policy: the one
 //! place `ly run` and fiberd turn an artifact into fibers.
 
+use std::sync::Arc;
+
 use lampyr_abi::Env;
 
+use super::capacity::CapacityAccount;
 use super::pool::{FiberPool, PoolConfig};
 use super::template::Template;
 use crate::artifact::{ArtifactError, VerifiedArtifact};
@@ -37,7 +40,8 @@ pub enum RevisionPoolError {
 
 /// The fiber pool of Revision `revision`: `artifact`'s template with the
 /// policy's environment applied, at most `max-scale` fibers (`unbounded_max`
-/// when `max-scale` is 0), and a queue of 10 per fiber, between 100 and 10,000.
+/// when `max-scale` is 0), and a queue of 10 per fiber, between 100 and 10,000;
+/// its fibers take slots of `capacity` when given (fiberd's grant instance).
 ///
 /// Blocks while the template loads (and, for an artifact from another
 /// platform or with an environment, while guest code runs): call it off the
@@ -47,6 +51,7 @@ pub fn revision_pool(
     policy: &FiberPolicy,
     revision: &str,
     unbounded_max: u32,
+    capacity: Option<Arc<CapacityAccount>>,
     metrics: RuntimeMetrics,
 ) -> Result<FiberPool, RevisionPoolError> {
     let heap = artifact.metadata.heap_size;
@@ -57,6 +62,6 @@ pub fn revision_pool(
     let max = if policy.scaling.max_scale == 0 { unbounded_max } else { policy.scaling.max_scale };
     let max_fibers = usize::try_from(max).unwrap_or(usize::MAX).max(1);
     let queue_capacity = max_fibers.saturating_mul(QUEUE_PER_FIBER).clamp(MIN_QUEUE, MAX_QUEUE);
-    let config = PoolConfig { revision: revision.to_string(), max_fibers, queue_capacity };
+    let config = PoolConfig { revision: revision.to_string(), max_fibers, queue_capacity, capacity };
     Ok(FiberPool::new(template, config, metrics))
 }

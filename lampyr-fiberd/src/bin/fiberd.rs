@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use lampyr_fiber::artifact::reference::{Repository, plain_http_registries};
-use lampyr_fiberd::{FiberdConfig, FleetKeySource, SecretKeyRef};
+use lampyr_fiberd::{FiberdConfig, FleetKeySource, InstanceShare, SecretKeyRef};
 use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::ScalerConfig;
 use tokio::net::TcpListener;
@@ -52,6 +52,20 @@ struct Args {
     /// Read the fleet key from this file instead (the Secret's key mounted into the Pod).
     #[arg(long, conflicts_with = "seal_key_secret")]
     fleet_key_file: Option<PathBuf>,
+    /// Fiber slots this instance holds for its grant, shared by every Home it serves (its share
+    /// of the grant's fiberSlots); with none, each Home's max-scale is the only bound.
+    #[arg(long, requires = "fiber_memory")]
+    fiber_slots: Option<u32>,
+    /// Guest memory in bytes this instance holds for its grant's fibers (its share of memoryBytes).
+    #[arg(long, requires = "fiber_slots")]
+    fiber_memory: Option<u64>,
+    /// This instance's index among its grant's instances (with --instances): it applies its
+    /// share of each Home's min-scale, max-scale and initial-scale.
+    #[arg(long, requires = "instances")]
+    instance_index: Option<u32>,
+    /// The grant's instances (with --instance-index).
+    #[arg(long, requires = "instance_index")]
+    instances: Option<u32>,
     /// Seconds between scaler decisions.
     #[arg(long, default_value_t = 2.0)]
     scale_tick: f64,
@@ -111,6 +125,8 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
         scale_to_zero_grace_period: seconds(args.scale_to_zero_grace, "--scale-to-zero-grace", true)?,
         ..ScalerConfig::default()
     };
+    config.capacity = args.fiber_slots.zip(args.fiber_memory);
+    config.instance = args.instance_index.zip(args.instances).map(|(index, count)| InstanceShare { index, count });
     config.status_interval = seconds(args.status_interval, "--status-interval", false)?;
     config.max_concurrent_loads = args.max_concurrent_loads;
     config.drain_timeout = seconds(args.drain_seconds, "--drain-seconds", true)?;

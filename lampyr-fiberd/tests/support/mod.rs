@@ -54,6 +54,7 @@ impl Env {
                 artifact: artifact.into(),
                 sealed_template: sealed.map(String::from),
                 grant_name: grant.into(),
+                fiber_memory_bytes: 0,
                 policy,
             },
             status: None,
@@ -120,8 +121,14 @@ pub struct Daemon {
 
 impl Daemon {
     pub async fn start(env: &Env, name: &str, grants: &[&str], registry: &TestRegistry) -> Daemon {
+        Daemon::start_with(env, name, grants, registry, |_| {}).await
+    }
+
+    /// [`Daemon::start`] with the test's settings changed by `change`.
+    pub async fn start_with(env: &Env, name: &str, grants: &[&str], registry: &TestRegistry, change: impl FnOnce(&mut FiberdConfig)) -> Daemon {
         let cache = tempfile::tempdir().expect("cache dir");
-        let config = env.config(name, grants, registry, cache.path());
+        let mut config = env.config(name, grants, registry, cache.path());
+        change(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
         let (stop, stopped) = oneshot::channel::<()>();

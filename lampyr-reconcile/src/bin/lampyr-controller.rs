@@ -13,7 +13,7 @@ use lampyr_process::{run_main, shutdown_signal};
 use lampyr_reconcile::admin::{AdminServer, Health};
 use lampyr_reconcile::leader::LeaderElector;
 use lampyr_reconcile::revision::{self, Context, ControllerConfig, Metrics};
-use lampyr_reconcile::runner::{CommonArgs, go_duration};
+use lampyr_reconcile::runner::{CommonArgs, byte_quantity, go_duration};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
@@ -34,12 +34,15 @@ struct Args {
     /// Helper image of grant Pods, pinned by digest.
     #[arg(long)]
     helper_image: String,
-    /// Grant Pods per CapacityGrant.
+    /// Grant Pods of each namespace's shared CapacityGrant.
     #[arg(long, default_value_t = 1)]
     grant_instances: i32,
-    /// Fiber slots of a grant whose Revision sets no max-scale.
-    #[arg(long, default_value_t = 10)]
-    default_fiber_slots: u32,
+    /// Fiber slots each grant Pod of a shared grant holds, shared by the Revisions placed on it.
+    #[arg(long, default_value_t = 100)]
+    grant_fiber_slots: u32,
+    /// Guest memory each grant Pod of a shared grant holds (a Kubernetes quantity, e.g. 2Gi).
+    #[arg(long, default_value = "2Gi", value_parser = byte_quantity)]
+    grant_memory: u64,
     /// A registry (host:port) to pull artifacts from over plain HTTP; repeatable.
     #[arg(long = "plain-http-registry")]
     plain_http_registries: Vec<String>,
@@ -81,7 +84,8 @@ async fn run(args: Args) -> Result<(), String> {
     let client = args.common.client().await.map_err(|e| e.to_string())?;
     let mut config = ControllerConfig::new(&args.router_service, &args.grant_image, &args.helper_image);
     config.grant.instances = args.grant_instances;
-    config.grant.default_fiber_slots = args.default_fiber_slots;
+    config.grant.slots_per_instance = args.grant_fiber_slots;
+    config.grant.memory_per_instance = args.grant_memory;
     config.plain_http_registries = args.plain_http_registries.clone();
     if let Some(dir) = &args.cache_dir {
         config.cache_dir = dir.clone();

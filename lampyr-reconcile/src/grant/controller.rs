@@ -1,23 +1,24 @@
 //! The grant controller's reconcile loop: CapacityGrants in, grant Pods,
-//! fleet-key copies and grant status out.
+//! fleet-key copies and grant status out. Grant Pods and the Homes placed on
+//! grants are read from watched stores, not listed per reconcile.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use lampyr_api::{CapacityGrant, GrantPolicy};
+use lampyr_api::{CapacityGrant, GrantPolicy, Home};
 use serde_json::json;
 
 use super::identity::{IdentityStores, ensure_identity};
 use super::images::{ImageRefused, check_images, template_repositories};
 use super::pods::{GRANT_LABEL, PodSettings, desired_pods, pod_spec_hash};
-use super::status::grant_status;
+use super::status::{allocation, grant_status};
 
 /// The field manager of everything the grant controller writes.
 pub const FIELD_MANAGER: &str = "fiberd-k8s-controller";
@@ -48,6 +49,8 @@ pub struct GrantContext {
     client: Client,
     settings: PodSettings,
     policies: Store<GrantPolicy>,
+    pods: Store<Pod>,
+    homes: Store<Home>,
     identity: IdentityStores,
 }
 
@@ -66,9 +69,22 @@ pub async fn run_grant_controller(
     if tokio::time::timeout(Duration::from_secs(30), identity.wait_until_ready()).await.is_err() {
         tracing::warn!("the identity watches have not listed within 30 s; writing what they do not show");
     }
-    let context = Arc::new(GrantContext { client: client.clone(), settings, policies, identity });
-    Controller::new(Api::<CapacityGrant>::all(client.clone()), watcher::Config::default())
-        .owns(Api::<Pod>::all(client), watcher::Config::default().labels(GRANT_LABEL))
+    let (pods, pod_writer) = reflector::store();
+    let pod_events = reflector::reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(GRANT_LABEL)))
+        .default_backoff()
+        .touched_objects();
+    let (homes, home_writer) = reflector::store();
+    let home_events = reflector::reflector(home_writer, watcher(Api::<Home>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    let context = Arc::new(GrantContext { client: client.clone(), settings, policies, pods, homes, identity });
+    Controller::new(Api::<CapacityGrant>::all(client), watcher::Config::default())
+        .owns_stream(pod_events)
+        // A Home's placement and usage count toward its grant's allocation.
+        .watches_stream(home_events, |home: Home| {
+            let namespace = home.metadata.namespace.clone().unwrap_or_default();
+            Some(ObjectRef::new(&home.spec.grant_name).within(&namespace))
+        })
         .reconcile_all_on(policy_changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
@@ -93,12 +109,24 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
     let (Some(namespace), Some(name)) = (grant.namespace(), grant.metadata.name.clone()) else {
         return Err(GrantError::Unnamed);
     };
+    // The stores fill as the controller polls its triggers: before they have listed, a Pod
+    // they do not show may exist, and status would count none.
+    let listed = async {
+        let _ = context.pods.wait_until_ready().await;
+        let _ = context.homes.wait_until_ready().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(30), listed).await.is_err() {
+        tracing::warn!("the Pod and Home watches have not listed within 30 s; reconciling with what they show");
+    }
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let existing = pods
-        .list(&ListParams::default().labels(&format!("{GRANT_LABEL}={name}")))
-        .await
-        .map_err(api_error(format!("listing the Pods of grant {namespace}/{name}")))?
-        .items;
+    let existing: Vec<Pod> = context
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get(GRANT_LABEL)) == Some(&name))
+        .map(|p| (**p).clone())
+        .collect();
     let policies: Vec<GrantPolicy> = context.policies.state().iter().map(|p| (**p).clone()).collect();
     let refused = check_images(&grant.spec, &policies).err();
     let settings = PodSettings { template_repositories: template_repositories(&policies), ..context.settings.clone() };
@@ -127,7 +155,13 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
         .filter(|p| desired.iter().any(|d| d.metadata.name == p.metadata.name && pod_spec_hash(d) == pod_spec_hash(p)))
         .filter(|p| !pod_failed(p))
         .collect();
-    write_status(&context.client, &grant, &current, refused.as_ref()).await?;
+    let homes: Vec<Arc<Home>> = context
+        .homes
+        .state()
+        .into_iter()
+        .filter(|h| h.metadata.namespace.as_deref() == Some(namespace.as_str()) && h.spec.grant_name == name)
+        .collect();
+    write_status(&context.client, &grant, &current, &homes, refused.as_ref()).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -164,9 +198,11 @@ async fn write_status(
     client: &Client,
     grant: &CapacityGrant,
     pods: &[Pod],
+    homes: &[Arc<Home>],
     refused: Option<&ImageRefused>,
 ) -> Result<(), GrantError> {
-    let status = grant_status(grant, pods, refused);
+    let mut status = grant_status(grant, pods, refused);
+    allocation(&mut status, homes.iter().map(|h| h.as_ref()));
     if grant.status.as_ref() == Some(&status) {
         return Ok(());
     }

@@ -74,16 +74,30 @@ pub fn desired_pods(grant: &CapacityGrant, settings: &PodSettings) -> Vec<Pod> {
     (0..grant.spec.instances.max(0)).map(|i| grant_pod(grant, i, settings)).collect()
 }
 
+/// One instance's share of a grant's fiber slots and guest memory: the totals spread
+/// evenly over the instances (rounded down, at least 1).
+pub fn instance_share(grant: &CapacityGrant) -> (i32, i64) {
+    let instances = grant.spec.instances.max(1);
+    ((grant.spec.fiber_slots / instances).max(1), (grant.spec.memory_bytes / i64::from(instances)).max(1))
+}
+
 /// fiberd's command line in a grant Pod.
-fn fiberd_args(grant: &str, namespace: &str, port: u16, settings: &PodSettings) -> Vec<String> {
+fn fiberd_args(grant: &CapacityGrant, index: i32, port: u16, settings: &PodSettings) -> Vec<String> {
+    let name = grant.metadata.name.clone().unwrap_or_default();
+    let namespace = grant.metadata.namespace.clone().unwrap_or_default();
+    let (slots, memory) = instance_share(grant);
     let mut args = vec![
         "--name=$(POD_NAME)".to_string(),
-        format!("--grant={grant}"),
+        format!("--grant={name}"),
         format!("--namespace={namespace}"),
         format!("--listen=0.0.0.0:{port}"),
         format!("--advertise=$(POD_IP):{port}"),
         format!("--fleet-key-file={FLEET_KEY_MOUNT}/key"),
         format!("--cache-dir={CACHE_MOUNT}"),
+        format!("--fiber-slots={slots}"),
+        format!("--fiber-memory={memory}"),
+        format!("--instance-index={index}"),
+        format!("--instances={}", grant.spec.instances.max(1)),
     ];
     args.extend(settings.template_repositories.iter().map(|r| format!("--template-repository={r}")));
     args
@@ -125,7 +139,7 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
     let node_selector =
         if placement.node_selector.is_empty() { settings.default_node_selector.clone() } else { placement.node_selector };
     let port = settings.fiberd_port;
-    let per_instance_memory = grant.spec.memory_bytes / i64::from(grant.spec.instances.max(1));
+    let (_, per_instance_memory) = instance_share(grant);
     let kvm = KvmMount::for_access(&settings.kvm);
     let mut fiberd_limits = kvm.limits.clone();
     fiberd_limits["memory"] = json!(per_instance_memory.to_string());
@@ -163,7 +177,7 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
         "containers": [{
             "name": FIBERD_CONTAINER,
             "image": grant.spec.grant_image,
-            "args": fiberd_args(&name, &namespace, port, settings),
+            "args": fiberd_args(grant, index, port, settings),
             "env": [
                 { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
                 { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
@@ -273,6 +287,12 @@ mod tests {
         assert_eq!(init, [(HELPER_CONTAINER, HELPER.to_string())], "the helper runs first, as an init container");
         let args = spec.containers[0].args.clone().unwrap_or_default();
         assert!(args.contains(&"--grant=hello-00001".to_string()) && args.contains(&"--namespace=apps".to_string()));
+        let share: Vec<&str> = args.iter().filter(|a| a.starts_with("--fiber-") || a.starts_with("--instance")).map(String::as_str).collect();
+        assert_eq!(
+            share,
+            ["--fiber-slots=8", "--fiber-memory=536870912", "--instance-index=1", "--instances=2"],
+            "each instance holds its share of 16 slots and 1 GiB, and knows which it is"
+        );
         assert!(!args.iter().any(|a| a.starts_with("--template-repository=")), "no policy lists any: unrestricted");
         let memory = &spec.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits")["memory"];
         assert_eq!(memory.0, (1i64 << 29).to_string(), "memory is spread over the instances");

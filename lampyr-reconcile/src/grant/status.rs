@@ -1,9 +1,10 @@
-//! A CapacityGrant's status from its Pods: ready instances and `InstancesReady`.
+//! A CapacityGrant's status from its Pods and the Homes placed on it: ready
+//! instances, `InstancesReady`, and the slots and memory allocated.
 
 use k8s_openapi::api::core::v1::Pod;
 use lampyr_api::conditions::KnativeStatus;
 use lampyr_api::fiber::capacity_grant::INSTANCES_READY;
-use lampyr_api::{CapacityGrant, CapacityGrantStatus};
+use lampyr_api::{CapacityGrant, CapacityGrantStatus, Home};
 
 use super::images::ImageRefused;
 
@@ -77,6 +78,23 @@ pub fn grant_status(grant: &CapacityGrant, pods: &[Pod], refused: Option<&ImageR
         ),
     }
     status
+}
+
+/// Writes what `homes` (those placed on the grant) hold into `status`: the Homes, and
+/// per instance the larger of a Home's reserved slots and its warm fibers, and the
+/// memory fiberd reports for them.
+pub fn allocation<'a>(status: &mut CapacityGrantStatus, homes: impl IntoIterator<Item = &'a Home>) {
+    let (mut count, mut slots, mut memory) = (0i32, 0i32, 0i64);
+    for home in homes {
+        count = count.saturating_add(1);
+        for instance in home.status.iter().flat_map(|s| &s.instances) {
+            slots = slots.saturating_add(instance.reserved_slots.max(instance.warm_fibers).max(0));
+            memory = memory.saturating_add(instance.memory_bytes.max(0));
+        }
+    }
+    status.homes = count;
+    status.allocated_slots = slots;
+    status.allocated_memory_bytes = memory;
 }
 
 #[cfg(test)]

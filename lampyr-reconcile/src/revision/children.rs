@@ -1,9 +1,9 @@
 //! The objects a Revision owns, built as pure functions of the Revision, its
 //! verified artifact, its fiber policy and the controller's configuration:
-//! its `Home`, its `CapacityGrant` and its ExternalName `Service`, each named
-//! exactly like the Revision and controlled by it (owner reference with
-//! `controller: true, blockOwnerDeletion: true`, so the garbage collector
-//! deletes them with it).
+//! its `Home` and its ExternalName `Service`, each named exactly like the
+//! Revision and controlled by it (owner reference with `controller: true,
+//! blockOwnerDeletion: true`, so the garbage collector deletes them with it);
+//! and the namespace's shared `CapacityGrant`, which no Revision owns.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +14,8 @@ use kube::Resource;
 use lampyr_api::keys;
 use lampyr_api::policy::FiberPolicy;
 use lampyr_api::{CapacityGrant, CapacityGrantSpec, Home, HomeSpec, Revision};
+
+use super::placement::Demand;
 
 /// Field manager of every write this controller makes (server-side apply).
 pub const FIELD_MANAGER: &str = "lampyr-controller";
@@ -94,8 +96,8 @@ fn child_meta(revision: &Revision) -> ObjectMeta {
     }
 }
 
-/// The Revision's Home.
-pub fn home(revision: &Revision, artifact: &str, sealed_template: Option<&str>, policy: &FiberPolicy) -> Home {
+/// The Revision's Home, placed on grant `grant` with `demand` (its fiber memory).
+pub fn home(revision: &Revision, artifact: &str, sealed_template: Option<&str>, policy: &FiberPolicy, grant: &str, demand: Demand) -> Home {
     let name = revision.metadata.name.clone().unwrap_or_default();
     let mut home = Home::new(
         &name,
@@ -103,7 +105,8 @@ pub fn home(revision: &Revision, artifact: &str, sealed_template: Option<&str>, 
             revision_name: name.clone(),
             artifact: artifact.to_string(),
             sealed_template: sealed_template.map(str::to_string),
-            grant_name: name.clone(),
+            grant_name: grant.to_string(),
+            fiber_memory_bytes: i64::try_from(demand.fiber_memory).unwrap_or(i64::MAX),
             policy: policy.clone(),
         },
     );
@@ -111,12 +114,14 @@ pub fn home(revision: &Revision, artifact: &str, sealed_template: Option<&str>, 
     home
 }
 
-/// Grant sizing: what the Revision's policy and the controller's defaults ask for.
+/// The size and images of the shared grant lampyr-controller creates in a namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrantSizing {
-    /// Fiber slots when the policy sets no `max-scale`.
-    pub default_fiber_slots: u32,
-    /// Grant Pods per grant.
+    /// Fiber slots each grant Pod holds.
+    pub slots_per_instance: u32,
+    /// Guest memory each grant Pod holds, in bytes.
+    pub memory_per_instance: u64,
+    /// Grant Pods of the shared grant.
     pub instances: i32,
     /// The fiberd image, pinned by digest.
     pub grant_image: String,
@@ -124,38 +129,36 @@ pub struct GrantSizing {
     pub helper_image: String,
 }
 
-/// Fiber slots for `policy`: its `max-scale` when bounded, else the default,
-/// never fewer than `min-scale` or `initial-scale` ask for.
-pub fn fiber_slots(policy: &FiberPolicy, default_slots: u32) -> i32 {
-    let s = &policy.scaling;
-    let slots = if s.max_scale > 0 { s.max_scale } else { default_slots.max(s.min_scale).max(s.initial_scale) };
-    i32::try_from(slots.max(1)).unwrap_or(i32::MAX)
+/// What one fiber of this Revision reserves: its `min-scale`, and the snapshot's
+/// memory or the container's memory request/limit when larger.
+pub fn demand(policy: &FiberPolicy, artifact_memory: u64) -> Demand {
+    Demand { min_scale: policy.scaling.min_scale, fiber_memory: policy.memory_bytes.unwrap_or(0).max(artifact_memory).max(1) }
 }
 
-/// Guest memory one fiber of this Revision reserves: the snapshot's memory, or
-/// the container's memory request/limit when larger.
-pub fn fiber_memory(policy: &FiberPolicy, artifact_memory: u64) -> u64 {
-    policy.memory_bytes.unwrap_or(0).max(artifact_memory).max(1)
-}
-
-/// The Revision's CapacityGrant.
-pub fn capacity_grant(revision: &Revision, policy: &FiberPolicy, artifact_memory: u64, sizing: &GrantSizing) -> CapacityGrant {
-    let name = revision.metadata.name.clone().unwrap_or_default();
-    let slots = fiber_slots(policy, sizing.default_fiber_slots);
-    let per_fiber = i64::try_from(fiber_memory(policy, artifact_memory)).unwrap_or(i64::MAX);
+/// The namespace's shared CapacityGrant, [`keys::SHARED_GRANT_NAME`]: labelled as
+/// this controller's, owned by no Revision, sized by `sizing`.
+pub fn shared_grant(namespace: &str, sizing: &GrantSizing) -> CapacityGrant {
+    let instances = sizing.instances.max(1);
+    let total = |per: u64| i64::try_from(per).unwrap_or(i64::MAX).saturating_mul(i64::from(instances));
     let mut grant = CapacityGrant::new(
-        &name,
+        keys::SHARED_GRANT_NAME,
         CapacityGrantSpec {
-            fiber_slots: slots,
-            memory_bytes: per_fiber.saturating_mul(i64::from(slots)),
-            instances: sizing.instances,
+            fiber_slots: i32::try_from(total(u64::from(sizing.slots_per_instance))).unwrap_or(i32::MAX),
+            memory_bytes: total(sizing.memory_per_instance),
+            instances,
             placement: None,
             grant_image: sizing.grant_image.clone(),
             helper_image: sizing.helper_image.clone(),
         },
     );
-    grant.metadata = child_meta(revision);
+    grant.metadata.namespace = Some(namespace.to_string());
+    grant.metadata.labels = Some(BTreeMap::from([(MANAGED_BY_LABEL.to_string(), FIELD_MANAGER.to_string())]));
     grant
+}
+
+/// Whether this controller manages `grant` (it created it as a namespace's shared grant).
+pub fn managed_by_us(grant: &CapacityGrant) -> bool {
+    grant.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == FIELD_MANAGER)
 }
 
 /// Whether the Revision's first container port is named `h2c` (upstream's rule).
@@ -244,9 +247,9 @@ mod tests {
     #[test]
     fn children_are_named_like_the_revision_labelled_and_controlled_by_it() {
         let rev = revision(json!([]));
-        let home = home(&rev, "r.io/a@sha256:00", None, &policy());
+        let home = home(&rev, "r.io/a@sha256:00", None, &policy(), "lampyr-fibers", demand(&policy(), 1 << 20));
         assert_eq!(home.metadata.name.as_deref(), Some("hello-00001"));
-        assert_eq!(home.spec.grant_name, "hello-00001");
+        assert_eq!((home.spec.grant_name.as_str(), home.spec.fiber_memory_bytes), ("lampyr-fibers", 1 << 20));
         let owner = &home.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller, owner.block_owner_deletion), ("Revision", "u-1", Some(true), Some(true)));
         let labels = home.metadata.labels.as_ref().unwrap();
@@ -274,19 +277,18 @@ mod tests {
     }
 
     #[test]
-    fn grant_is_sized_from_the_policy() {
+    fn the_shared_grant_is_sized_per_instance_and_owned_by_no_revision() {
+        let sizing = GrantSizing { slots_per_instance: 100, memory_per_instance: 2 << 30, instances: 2, grant_image: "g".into(), helper_image: "h".into() };
+        let grant = shared_grant("apps", &sizing);
+        assert_eq!(grant.metadata.name.as_deref(), Some(keys::SHARED_GRANT_NAME));
+        assert_eq!(grant.metadata.namespace.as_deref(), Some("apps"));
+        assert_eq!((grant.spec.fiber_slots, grant.spec.memory_bytes, grant.spec.instances), (200, 4 << 30, 2));
+        assert!(grant.metadata.owner_references.is_none(), "it outlives every Revision");
+        assert!(managed_by_us(&grant));
         let mut p = policy();
-        let sizing = GrantSizing { default_fiber_slots: 10, instances: 2, grant_image: "g".into(), helper_image: "h".into() };
-        let grant = capacity_grant(&revision(json!([])), &p, 1 << 20, &sizing);
-        assert_eq!(grant.spec.fiber_slots, 10);
-        assert_eq!(grant.spec.memory_bytes, 10 << 20);
-        assert_eq!(grant.spec.instances, 2);
-        p.scaling.max_scale = 3;
+        assert_eq!(demand(&p, 1 << 20), Demand { min_scale: 0, fiber_memory: 1 << 20 });
+        p.scaling.min_scale = 3;
         p.memory_bytes = Some(4 << 20);
-        let grant = capacity_grant(&revision(json!([])), &p, 1 << 20, &sizing);
-        assert_eq!((grant.spec.fiber_slots, grant.spec.memory_bytes), (3, 12 << 20));
-        p.scaling.max_scale = 0;
-        p.scaling.min_scale = 25;
-        assert_eq!(fiber_slots(&p, 10), 25);
+        assert_eq!(demand(&p, 1 << 20), Demand { min_scale: 3, fiber_memory: 4 << 20 }, "the container's memory when larger");
     }
 }

@@ -24,6 +24,8 @@ pub struct Metrics {
     pub status_writes: Family<Labels, Counter>,
     /// Child objects applied, by `kind` (`Home`, `CapacityGrant`, `Service`).
     pub child_applies: Family<Labels, Counter>,
+    /// Homes placed on a grant, by grant kind (`shared` or `named`).
+    pub placements: Family<Labels, Counter>,
     /// 1 while this process leads (or runs without leader election), else 0.
     pub leader: Gauge,
     /// 1 while the autoscaler settings in effect are `config-autoscaler`'s
@@ -41,6 +43,7 @@ impl Default for Metrics {
             artifact_failures: Family::default(),
             status_writes: Family::default(),
             child_applies: Family::default(),
+            placements: Family::default(),
             leader: Gauge::default(),
             autoscaler_config_valid: Gauge::default(),
         }
@@ -61,6 +64,7 @@ impl Metrics {
         );
         r.register("status_writes", "Status writes, by object", self.status_writes.clone());
         r.register("child_applies", "Server-side applies of owned objects, by kind", self.child_applies.clone());
+        r.register("placements", "Homes placed on a CapacityGrant, by grant kind", self.placements.clone());
         r.register("leader", "1 while this process reconciles (holds the lease)", self.leader.clone());
         r.register(
             "autoscaler_config_valid",

@@ -1,8 +1,10 @@
 //! The Fiber Revision reconciler (`lampyr-controller`): for every Knative
 //! Revision it verifies the snapshot artifact, translates the template into a
-//! fiber policy, creates and owns the Revision's `Home`, `CapacityGrant` and
-//! ExternalName `Service`, keeps the Home's status (conditions, warm fibers)
-//! and reports upstream's Revision status. See `docs/lampyr-controller.md`.
+//! fiber policy, places the Revision's `Home` on a `CapacityGrant` with room
+//! (the namespace's shared grant, created on first use, or the one the
+//! Revision names), creates and owns the Home and the ExternalName `Service`,
+//! keeps the Home's status (conditions, warm fibers) and reports upstream's
+//! Revision status. See `docs/lampyr-controller.md` and `docs/capacity.md`.
 //!
 //! A reconcile is a function of what it observes (the Revision, its children,
 //! the artifact, the cluster's `config-autoscaler`) followed by idempotent
@@ -13,7 +15,9 @@
 pub mod artifact;
 pub mod autoscaler;
 pub mod children;
+pub mod grants;
 pub mod metrics;
+pub mod placement;
 pub mod status;
 
 use std::collections::HashMap;
@@ -32,7 +36,7 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use lampyr_api::conditions::revision;
+use lampyr_api::conditions::{KnativeStatus, revision};
 use lampyr_api::{CapacityGrant, Home, HomeStatus, Revision, RevisionStatus, RevisionTemplateSpec, keys};
 use lampyr_fiber::registry::RegistryError;
 use lampyr_fiber::translate::{Rules, translate_with};
@@ -52,7 +56,7 @@ pub struct ControllerConfig {
     /// DNS name of the fiber-router Service every Revision's Service points at
     /// (e.g. `fiber-router.lampyr-system.svc.cluster.local`).
     pub router_service: String,
-    /// Grant images, instances and default size.
+    /// The size and images of each namespace's shared grant.
     pub grant: GrantSizing,
     /// Registries (`host:port`) reached over plain HTTP.
     pub plain_http_registries: Vec<String>,
@@ -83,7 +87,8 @@ impl ControllerConfig {
         ControllerConfig {
             router_service: router_service.into(),
             grant: GrantSizing {
-                default_fiber_slots: 10,
+                slots_per_instance: 100,
+                memory_per_instance: 2 << 30,
                 instances: 1,
                 grant_image: grant_image.into(),
                 helper_image: helper_image.into(),
@@ -124,8 +129,8 @@ impl ControllerConfig {
         if !dns_ok {
             return bad(format!("the router service {router:?} is not a DNS name (e.g. fiber-router.lampyr-system.svc.cluster.local)"));
         }
-        if self.grant.instances < 1 || self.grant.default_fiber_slots < 1 {
-            return bad("grant instances and default fiber slots must be at least 1".into());
+        if self.grant.instances < 1 || self.grant.slots_per_instance < 1 || self.grant.memory_per_instance < 1 {
+            return bad("the shared grant's instances, fiber slots and memory per instance must be at least 1".into());
         }
         if self.concurrency == 0 {
             return bad("concurrency must be at least 1".into());
@@ -185,6 +190,7 @@ pub struct Context {
     metrics: Metrics,
     failures: Mutex<HashMap<String, u32>>,
     autoscaler: Arc<AutoscalerSettings>,
+    grants: Arc<grants::Grants>,
     /// Whether [`watch_autoscaler_config`] runs for this context.
     watching_autoscaler: AtomicBool,
 }
@@ -206,6 +212,7 @@ impl Context {
             metrics,
             failures: Mutex::new(HashMap::new()),
             autoscaler: Arc::default(),
+            grants: Arc::default(),
             watching_autoscaler: AtomicBool::new(false),
         })
     }
@@ -276,12 +283,16 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
         None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone())),
     };
     let ours = watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", children::MANAGED_BY_LABEL));
+    let woken = context.grants.watch(&client, config.namespace.as_deref());
+    tracing::info!("waiting for the Home and CapacityGrant watches to list");
+    context.grants.wait_until_ready().await;
     tracing::info!(namespace = ?config.namespace, router = %config.router_service, "lampyr-controller: reconciling Revisions");
     Controller::new(revisions, watcher::Config::default())
         .owns(homes, ours.clone())
         .owns(grants, ours.clone())
         .owns(services, ours)
         .reconcile_all_on(context.autoscaler.changes())
+        .reconcile_on(woken)
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())
@@ -433,49 +444,70 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     };
 
     let homes: Api<Home> = Api::namespaced(ctx.client.clone(), &ns);
-    let grants: Api<CapacityGrant> = Api::namespaced(ctx.client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     let mut home = homes.get_opt(&name).await?;
-    let mut grant = grants.get_opt(&name).await?;
     let service = services.get_opt(&name).await?;
+    // A grant named like the Revision and controlled by it: an older version's per-Revision grant.
+    let legacy = ctx.grants.grant(&ns, &name).filter(|g| children::ownership(Some(g.as_ref()), &uid) == Ownership::Ours);
 
     // 3 + 4. The children, never touching one this Revision does not control.
-    let not_owned = [
-        ("Home", children::ownership(home.as_ref(), &uid)),
-        ("CapacityGrant", children::ownership(grant.as_ref(), &uid)),
-        ("Service", children::ownership(service.as_ref(), &uid)),
-    ]
-    .into_iter()
-    .find(|(_, o)| *o == Ownership::NotOurs);
+    let not_owned = [("Home", children::ownership(home.as_ref(), &uid)), ("Service", children::ownership(service.as_ref(), &uid))]
+        .into_iter()
+        .find(|(_, o)| *o == Ownership::NotOurs);
+    let mut waiting = false;
     if let Some((kind, _)) = not_owned {
         status::resources_failed(&mut status, revision::REASON_NOT_OWNED, &revision::resource_not_owned_message(kind, &name), &now);
     } else if let (true, Some(artifact), Some(policy)) = (deployable, &artifact, &policy) {
-        let desired = children::home(rev, &artifact.reference, sealed.as_deref(), policy);
-        if !home.as_ref().is_some_and(|h| h.spec == desired.spec && children::meta_matches(&h.metadata, &desired.metadata)) {
-            home = Some(apply(&homes, &name, &desired, ctx, "Home").await?);
+        let demand = children::demand(policy, artifact.fiber_memory_bytes);
+        let chosen = placement::grant_name(rev);
+        if chosen == keys::SHARED_GRANT_NAME {
+            ensure_shared_grant(ctx, &ns).await?;
         }
-        let desired = children::capacity_grant(rev, policy, artifact.fiber_memory_bytes, &ctx.config.grant);
-        if !grant.as_ref().is_some_and(|g| g.spec == desired.spec && children::meta_matches(&g.metadata, &desired.metadata)) {
-            grant = Some(apply(&grants, &name, &desired, ctx, "CapacityGrant").await?);
+        let desired = children::home(rev, &artifact.reference, sealed.as_deref(), policy, &chosen, demand);
+        let placed = home.as_ref().is_some_and(|h| h.spec.grant_name == chosen);
+        if placed {
+            if !home.as_ref().is_some_and(|h| h.spec == desired.spec && children::meta_matches(&h.metadata, &desired.metadata)) {
+                home = Some(apply(&homes, &name, &desired, ctx, "Home").await?);
+            }
+        } else {
+            match place_home(ctx, &homes, &desired, demand).await? {
+                Ok(applied) => home = Some(applied),
+                // Still on an older version's grant: it keeps serving from there meanwhile.
+                Err(unplaceable) if home.is_some() => {
+                    tracing::warn!(revision = %key(rev), %unplaceable, "cannot move off the per-Revision grant yet");
+                    waiting = true;
+                }
+                Err(unplaceable) => {
+                    tracing::info!(revision = %key(rev), %unplaceable, "waiting for room");
+                    status::resources_failed(&mut status, status::REASON_UNSCHEDULABLE, &unplaceable.to_string(), &now);
+                    waiting = true;
+                }
+            }
         }
         let desired = children::service(rev, &ctx.config.router_service);
         if !service.as_ref().is_some_and(|s| children::service_matches(s, &desired)) {
             apply(&services, &name, &desired, ctx, "Service").await?;
         }
     }
+    ctx.grants.set_waiting(&ns, &name, waiting);
 
     // 5 + 6. The Home's status from its grant and instances; the Revision's from the Home.
     if not_owned.is_none()
         && let Some(home) = home.as_ref()
     {
-        let owned_grant = grant.as_ref().filter(|g| children::ownership(Some(*g), &uid) == Ownership::Ours);
-        let computed = status::home_status(home, owned_grant, &now);
+        let grant = ctx.grants.grant(&ns, &home.spec.grant_name);
+        let computed = status::home_status(home, grant.as_deref(), &now);
         if status::home_status_changed(home.status.as_ref(), &computed) {
             write_home_status(&homes, home, &computed).await?;
             Metrics::count(&ctx.metrics.status_writes, "object", "home");
         }
         if let (Some(policy), true) = (&policy, deployable || retry.is_some()) {
             status::propagate_home(&mut status, &computed, policy, &now);
+        }
+        // Moved off an older version's per-Revision grant: once it serves from the new one,
+        // the old grant (and its Pods) go.
+        if let Some(old) = legacy.filter(|_| home.spec.grant_name != name && computed.is_ready(home.metadata.generation)) {
+            delete_legacy_grant(ctx, &ns, &old).await?;
         }
     }
 
@@ -491,6 +523,8 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     }
     match retry {
         Some(problem) => Err(Error::Artifact(problem)),
+        // Woken when a Home or grant of the namespace changes; this is the fallback.
+        None if waiting => Ok(Action::requeue(WAITING_RECHECK.min(ctx.config.resync))),
         // Look again when the deadline passes if nothing else happens by then.
         None if !status::initialized(&status) => match deadline_in.filter(|left| !left.is_zero()) {
             Some(left) => Ok(Action::requeue(left.min(ctx.config.resync))),
@@ -498,6 +532,67 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         },
         None => Ok(Action::requeue(ctx.config.resync)),
     }
+}
+
+/// How often a Revision waiting for room looks again when nothing wakes it.
+const WAITING_RECHECK: Duration = Duration::from_secs(30);
+
+/// Creates the namespace's shared grant, or brings it to the controller's sizing and
+/// images; a grant of that name the controller did not create is the operator's, and
+/// is used as it is.
+async fn ensure_shared_grant(ctx: &Context, namespace: &str) -> Result<(), Error> {
+    let desired = children::shared_grant(namespace, &ctx.config.grant);
+    let current = ctx.grants.grant(namespace, keys::SHARED_GRANT_NAME);
+    let up_to_date = current.as_ref().is_some_and(|g| !children::managed_by_us(g) || g.spec == desired.spec);
+    if !up_to_date {
+        let grants: Api<CapacityGrant> = Api::namespaced(ctx.client.clone(), namespace);
+        apply(&grants, keys::SHARED_GRANT_NAME, &desired, ctx, "CapacityGrant").await?;
+    }
+    Ok(())
+}
+
+/// Places `desired` on its grant when the grant has room: one placement at a time per
+/// namespace, each counted by the next (the Home store shows it before the lock is let go).
+async fn place_home(
+    ctx: &Context,
+    homes: &Api<Home>,
+    desired: &Home,
+    demand: placement::Demand,
+) -> Result<Result<Home, placement::Unplaceable>, Error> {
+    let ns = desired.namespace().unwrap_or_default();
+    let name = desired.name_any();
+    let grant_name = &desired.spec.grant_name;
+    let lock = ctx.grants.lock(&ns);
+    let _placing = lock.lock().await;
+    let grant = match ctx.grants.grant(&ns, grant_name) {
+        Some(grant) => grant,
+        // Just applied and not yet watched: read it once.
+        None => match Api::<CapacityGrant>::namespaced(ctx.client.clone(), &ns).get_opt(grant_name).await? {
+            Some(grant) => Arc::new(grant),
+            None => return Ok(Err(placement::Unplaceable::NoGrant { grant: grant_name.clone() })),
+        },
+    };
+    let room = placement::Room::of_grant(&grant);
+    if let Err(unplaceable) = placement::place(demand, &room, &ctx.grants.placed(&ns, grant_name, &name)) {
+        return Ok(Err(unplaceable));
+    }
+    let applied = apply(homes, &name, desired, ctx, "Home").await?;
+    Metrics::count(&ctx.metrics.placements, "grant", if grant_name == keys::SHARED_GRANT_NAME { "shared" } else { "named" });
+    ctx.grants.await_home(&applied).await;
+    Ok(Ok(applied))
+}
+
+/// Deletes an older version's per-Revision grant the Revision's Home has moved off.
+async fn delete_legacy_grant(ctx: &Context, namespace: &str, grant: &CapacityGrant) -> Result<(), Error> {
+    let grants: Api<CapacityGrant> = Api::namespaced(ctx.client.clone(), namespace);
+    let name = grant.name_any();
+    let precondition = kube::api::Preconditions { uid: grant.metadata.uid.clone(), resource_version: None };
+    match grants.delete(&name, &kube::api::DeleteParams { preconditions: Some(precondition), ..Default::default() }).await {
+        Ok(_) => tracing::info!(grant = %format!("{namespace}/{name}"), "deleted the per-Revision grant its Home moved off"),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
 }
 
 /// The Revision's progress deadline: its annotation, else the controller's default.

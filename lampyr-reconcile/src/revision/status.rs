@@ -25,6 +25,9 @@ pub const REASON_TEMPLATE_LOAD_FAILED: &str = "TemplateLoadFailed";
 pub const REASON_INVALID_ARTIFACT: &str = "InvalidArtifact";
 /// `ResourcesAvailable` False: the template uses fields a fiber cannot honour.
 pub const REASON_UNSUPPORTED_FIELDS: &str = "UnsupportedFields";
+/// `ResourcesAvailable` False: no grant has room for the Revision's Home (upstream's
+/// reason for Pods the scheduler cannot place); it is placed as soon as room appears.
+pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
 
 /// The Home's status as `lampyr-controller` owns it: conditions, `warmFibers`,
 /// `observedGeneration`. `instances` are copied from `home` for the
@@ -272,7 +275,7 @@ mod tests {
     }
 
     fn instance(name: &str, generation: i64, loaded: bool, warm: i32, message: Option<&str>) -> HomeInstance {
-        HomeInstance { name: name.into(), address: "127.0.0.1:1".into(), warm_fibers: warm, observed_generation: generation, loaded, message: message.map(Into::into) }
+        HomeInstance { name: name.into(), address: "127.0.0.1:1".into(), warm_fibers: warm, observed_generation: generation, loaded, message: message.map(Into::into), ..HomeInstance::default() }
     }
 
     fn cond<'a>(s: &'a HomeStatus, t: &str) -> &'a Condition {

@@ -258,7 +258,8 @@ pub async fn grant_ready(client: &Client, ns: &str, name: &str) {
 /// `status.instances`, written with field manager `fiberd/<instance>`.
 pub async fn fiberd_reports(client: &Client, ns: &str, name: &str, instance: &str, loaded: bool, warm: i32, message: Option<&str>) {
     let homes: Api<Home> = Api::namespaced(client.clone(), ns);
-    let home = homes.get(name).await.expect("home");
+    // The Home is placed after its grant exists: wait for it as a fiberd's watch would.
+    let home = wait_for(&homes, name, "Home placed", |_| true).await;
     let mut entry = json!({
         "name": instance,
         "address": "127.0.0.1:8012",

@@ -211,6 +211,9 @@ fn settle(object: &mut Value, checked: &Checked) {
             set_arg(object, "--helper-image", settings.helper_image.as_deref().unwrap_or_default());
             let plain_http = plain_http_registries(&checked.templates.zygote_registries);
             set_repeated_arg(object, "--plain-http-registry", &plain_http);
+            for (flag, value) in settings.shared_grant.iter().flat_map(|g| g.controller_args()) {
+                set_repeated_arg(object, flag, &[value]);
+            }
         }
         ("Service", Some(SYSTEM_NAMESPACE), "fiber-router") => {
             object["spec"]["type"] = json!("NodePort");

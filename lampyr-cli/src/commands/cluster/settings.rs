@@ -46,6 +46,59 @@ pub struct PlatformSettings {
     /// The grant Pods' helper image, pinned by digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helper_image: Option<String>,
+    /// The size of each namespace's shared CapacityGrant; lampyr-controller's defaults when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_grant: Option<SharedGrant>,
+}
+
+/// `sharedGrant:` settings: what each grant Pod of a namespace's shared grant holds, and how many run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SharedGrant {
+    /// Fiber slots per grant Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fiber_slots: Option<u32>,
+    /// Guest memory per grant Pod, a Kubernetes quantity (`2Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Grant Pods per shared grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<u32>,
+}
+
+impl SharedGrant {
+    /// lampyr-controller's flags for these settings, `(flag, value)`.
+    pub fn controller_args(&self) -> Vec<(&'static str, String)> {
+        let mut args = Vec::new();
+        if let Some(slots) = self.fiber_slots {
+            args.push(("--grant-fiber-slots", slots.to_string()));
+        }
+        if let Some(memory) = &self.memory {
+            args.push(("--grant-memory", memory.clone()));
+        }
+        if let Some(instances) = self.instances {
+            args.push(("--grant-instances", instances.to_string()));
+        }
+        args
+    }
+
+    fn check(&self) -> Result<(), SettingsError> {
+        let invalid = |key: &'static str, why: String| Err(SettingsError::Invalid { key, why });
+        if self.fiber_slots == Some(0) {
+            return invalid("sharedGrant.fiberSlots", "must be at least 1".into());
+        }
+        if self.instances == Some(0) {
+            return invalid("sharedGrant.instances", "must be at least 1".into());
+        }
+        if let Some(memory) = &self.memory {
+            match lampyr_api::quantity::parse_quantity(memory) {
+                Ok(q) if !q.is_zero() => {}
+                Ok(_) => return invalid("sharedGrant.memory", "must be more than 0 (e.g. 2Gi)".into()),
+                Err(e) => return invalid("sharedGrant.memory", format!("{memory:?} is not a quantity: {e} (e.g. 2Gi)")),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `ingress:` settings.
@@ -159,6 +212,14 @@ pub enum SettingsError {
         /// What is wrong.
         why: &'static str,
     },
+    /// A setting has a value that cannot work.
+    #[error("{key}: {why}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// What is wrong and what to write.
+        why: String,
+    },
     /// `controllerManifest` names a file that does not exist.
     #[error("controllerManifest {} does not exist (resolved against {}); fix the path or give an https:// URL", path.display(), base.display())]
     ControllerManifestMissing {
@@ -216,6 +277,9 @@ pub fn check(mut settings: PlatformSettings, base: &Path) -> Result<Checked, Set
     let controller = controller_manifest(settings.controller_manifest.as_deref(), base)?;
     let grant = pinned_repository("grantImage", settings.grant_image.as_deref())?;
     let helper = pinned_repository("helperImage", settings.helper_image.as_deref())?;
+    if let Some(shared) = &settings.shared_grant {
+        shared.check()?;
+    }
     let templates = template_repository::choose(settings.zygote_registries.as_deref(), &settings.registry_mirrors)?;
     settings.zygote_registries = Some(templates.zygote_registries.clone());
     let mut allowed_repositories = vec![grant];
@@ -324,6 +388,27 @@ mod tests {
         assert_eq!(checked.controller, ControllerManifest::File(dir.path().join("controller.yaml")));
         assert_eq!(checked.templates.pull, "registry.example.com/t");
         assert_eq!(checked.settings.zygote_registries, Some(vec!["registry.example.com/t".to_string()]));
+    }
+
+    #[test]
+    fn the_shared_grant_size_becomes_lampyr_controllers_flags_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut settings = valid(dir.path());
+        settings.shared_grant = Some(parse("sharedGrant: {fiberSlots: 400, memory: 8Gi, instances: 2}\n").expect("parses").shared_grant.expect("set"));
+        let checked = check(settings.clone(), dir.path()).expect("valid");
+        let args = checked.settings.shared_grant.expect("kept").controller_args();
+        assert_eq!(args, [("--grant-fiber-slots", "400".to_string()), ("--grant-memory", "8Gi".into()), ("--grant-instances", "2".into())]);
+        for (bad, key) in [
+            (SharedGrant { fiber_slots: Some(0), ..Default::default() }, "sharedGrant.fiberSlots"),
+            (SharedGrant { memory: Some("lots".into()), ..Default::default() }, "sharedGrant.memory"),
+            (SharedGrant { memory: Some("0".into()), ..Default::default() }, "sharedGrant.memory"),
+            (SharedGrant { instances: Some(0), ..Default::default() }, "sharedGrant.instances"),
+        ] {
+            settings.shared_grant = Some(bad);
+            let err = check(settings.clone(), dir.path()).expect_err(key).to_string();
+            assert!(err.starts_with(key), "{err}");
+        }
+        assert!(parse("sharedGrant: {slots: 4}\n").is_err(), "a misspelt key is refused");
     }
 
     #[test]

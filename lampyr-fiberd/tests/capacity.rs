@@ -1,0 +1,120 @@
+//! fiberd holding a grant instance's share of fiber slots and memory for every
+//! Home it serves, against the real cluster environment and real fibers: a
+//! Home's `min-scale` is reserved, fibers beyond reservations take what is
+//! free, a request that finds no room gets 503 (not a crash, not an
+//! overcommitted instance), and deleting a Home or scaling one to zero gives
+//! its slots back; a grant's instances split a Revision's `min-scale` and
+//! `max-scale` so that together they never exceed them.
+
+mod support;
+
+use kube::api::DeleteParams;
+use lampyr_api::HomeInstance;
+use lampyr_api::policy::FiberPolicy;
+use lampyr_fiberd::InstanceShare;
+use lampyr_testenv::{TestRegistry, push_artifact};
+use support::{Daemon, Env, hello_artifact, hello_policy, wait_entry, wait_until};
+
+const BODY: u64 = 1024 * 1024;
+/// Guest memory the instance holds: far more than two hello fibers need, so slots bound first.
+const MEMORY: u64 = 1 << 30;
+
+fn with_min_scale(min: u32) -> FiberPolicy {
+    let mut policy = hello_policy();
+    policy.scaling.min_scale = min;
+    policy
+}
+
+fn loaded(e: Option<&HomeInstance>) -> bool {
+    e.is_some_and(|e| e.loaded)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fibers_stay_within_the_instance_slots_and_freed_slots_are_used_again() {
+    let env = Env::new("fiberd-capacity").await;
+    let registry = TestRegistry::start();
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    let fiberd = Daemon::start_with(&env, "shared-0", &["shared"], &registry, |c| c.capacity = Some((2, MEMORY))).await;
+    let homes = env.homes();
+
+    // Two Homes at min-scale 1 reserve both slots.
+    for name in ["a-00001", "b-00001"] {
+        env.create_home(name, "shared", &artifact, None, with_min_scale(1)).await;
+        let e = wait_entry(&homes, name, "shared-0", "loaded with its reserved fiber", |e| {
+            loaded(e) && e.is_some_and(|e| e.warm_fibers == 1)
+        })
+        .await
+        .expect("entry");
+        assert_eq!(e.reserved_slots, 1, "{name}: min-scale is reserved");
+        assert!(e.memory_bytes > 0, "{name}: the memory its fiber holds is reported");
+    }
+
+    // A third Home loads (its template is served) but finds no slot: 503, and the instance stays up.
+    env.create_home("c-00001", "shared", &artifact, None, with_min_scale(0)).await;
+    let e = wait_entry(&homes, "c-00001", "shared-0", "loaded", loaded).await.expect("entry");
+    assert_eq!((e.warm_fibers, e.reserved_slots), (0, 0), "no room, no fiber: {e:?}");
+    let (status, body) = fiberd.get(&env.ns, "c-00001").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("no fiber slot free") && body.contains("2 fiber slots"), "{body}");
+    assert_eq!(fiberd.get(&env.ns, "a-00001").await.0, 200, "the Homes holding slots keep serving");
+
+    // Deleting a Home gives its slot back: the third one serves.
+    homes.delete("b-00001", &DeleteParams::default()).await.expect("delete b");
+    wait_until("c-00001 served from the freed slot", || async { fiberd.get(&env.ns, "c-00001").await.0 == 200 }).await;
+
+    // Scaled to zero, the third Home holds nothing: a new Home's reservation gets the slot.
+    wait_entry(&homes, "c-00001", "shared-0", "scaled to zero", |e| e.is_some_and(|e| e.loaded && e.warm_fibers == 0)).await;
+    env.create_home("d-00001", "shared", &artifact, None, with_min_scale(1)).await;
+    let e = wait_entry(&homes, "d-00001", "shared-0", "loaded", loaded).await.expect("entry");
+    assert_eq!((e.reserved_slots, e.warm_fibers), (1, 1), "the slot c-00001 held while warm is free again: {e:?}");
+    assert_eq!(fiberd.get(&env.ns, "c-00001").await.0, 503, "and the instance is full again");
+    fiberd.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_together_keep_a_revision_within_its_min_and_max_scale() {
+    let env = Env::new("fiberd-pair").await;
+    let registry = TestRegistry::start();
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    let mut daemons = Vec::new();
+    for index in 0..2 {
+        let share = InstanceShare { index, count: 2 };
+        let name = format!("pair-{index}");
+        daemons.push(Daemon::start_with(&env, &name, &["pair"], &registry, |c| c.instance = Some(share)).await);
+    }
+    let homes = env.homes();
+
+    // min-scale = max-scale = 3 over two instances: 2 and 1 warm fibers, never 3 each.
+    let mut policy = with_min_scale(3);
+    policy.scaling.max_scale = 3;
+    env.create_home("three-00001", "pair", &artifact, None, policy).await;
+    let mut warm = Vec::new();
+    for daemon in &daemons {
+        let e = wait_entry(&homes, "three-00001", &daemon.name, "loaded with its share", |e| loaded(e) && e.is_some_and(|e| e.warm_fibers > 0))
+            .await
+            .expect("entry");
+        warm.push(e.warm_fibers);
+    }
+    warm.sort_unstable();
+    assert_eq!(warm, [1, 2], "the instances split min-scale 3");
+
+    // max-scale 1 over two instances: one serves it, the other says why it does not.
+    let mut policy = hello_policy();
+    policy.scaling.max_scale = 1;
+    env.create_home("one-00001", "pair", &artifact, None, policy).await;
+    let mut entries = Vec::new();
+    for daemon in &daemons {
+        let e = wait_entry(&homes, "one-00001", &daemon.name, "reported", |e| e.is_some_and(|e| e.loaded || e.message.is_some()))
+            .await
+            .expect("entry");
+        entries.push(e);
+    }
+    let serving: Vec<&HomeInstance> = entries.iter().filter(|e| e.loaded).collect();
+    assert_eq!(serving.len(), 1, "{entries:?}");
+    let idle = entries.iter().find(|e| !e.loaded).expect("the other instance");
+    let message = idle.message.clone().unwrap_or_default();
+    assert!(message.contains("max-scale 1") && message.contains("holds none of it"), "{message}");
+    for daemon in daemons {
+        daemon.stop().await;
+    }
+}

@@ -1,0 +1,225 @@
+//! Placing a Revision's Home on a CapacityGrant: which grant (the namespace's
+//! shared grant, or the one the Revision's `lampyr.dev/capacity-grant`
+//! annotation names), and whether it has room for what the Home reserves.
+//!
+//! Pure functions of observed state: the grant, and the Homes already placed
+//! on it. A Home reserves its `min-scale` fibers across its grant's instances
+//! (each fiberd instance keeps its share of them) and their guest memory; a
+//! Home at `min-scale` 0 reserves nothing and only needs one fiber to fit an
+//! instance. Fibers beyond the reservation take the grant's unreserved room
+//! while it lasts (fiberd enforces that, and answers 503 beyond it).
+
+use std::fmt;
+
+use lampyr_api::{CapacityGrant, Home, Revision, keys};
+
+/// What one Home reserves across the instances of its grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Demand {
+    /// Fibers kept for it (its `min-scale`, split over the instances).
+    pub min_scale: u32,
+    /// Guest memory one of its fibers takes, in bytes.
+    pub fiber_memory: u64,
+}
+
+impl Demand {
+    /// What a placed Home reserves, from its spec.
+    pub fn of_home(home: &Home) -> Self {
+        Demand {
+            min_scale: home.spec.policy.scaling.min_scale,
+            fiber_memory: u64::try_from(home.spec.fiber_memory_bytes).unwrap_or(0).max(1),
+        }
+    }
+
+    fn slots(&self) -> u64 {
+        u64::from(self.min_scale)
+    }
+
+    fn memory(&self) -> u64 {
+        self.slots().saturating_mul(self.fiber_memory)
+    }
+}
+
+/// A grant's room, from its spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Room {
+    /// The grant's name.
+    pub grant: String,
+    /// Its instances.
+    pub instances: u64,
+    /// Fiber slots across all instances.
+    pub slots: u64,
+    /// Guest memory across all instances, in bytes.
+    pub memory: u64,
+}
+
+impl Room {
+    /// The room `grant` declares.
+    pub fn of_grant(grant: &CapacityGrant) -> Self {
+        let positive = |n: i64| u64::try_from(n).unwrap_or(0);
+        Room {
+            grant: grant.metadata.name.clone().unwrap_or_default(),
+            instances: positive(grant.spec.instances.into()).max(1),
+            slots: positive(grant.spec.fiber_slots.into()),
+            memory: positive(grant.spec.memory_bytes),
+        }
+    }
+
+    /// Guest memory one instance holds.
+    fn instance_memory(&self) -> u64 {
+        self.memory / self.instances
+    }
+}
+
+/// Why a Home cannot be placed; the message names the grant and what is short.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unplaceable {
+    /// The grant the Revision names does not exist.
+    NoGrant {
+        /// Its name.
+        grant: String,
+    },
+    /// One fiber needs more memory than one instance of the grant holds.
+    FiberTooLarge {
+        /// The grant.
+        grant: String,
+        /// Memory one fiber takes.
+        fiber_memory: u64,
+        /// Memory one instance holds.
+        instance_memory: u64,
+    },
+    /// The grant's unreserved slots or memory are fewer than the Home reserves.
+    Full {
+        /// The grant.
+        grant: String,
+        /// Slots the Home would reserve (its `min-scale`).
+        need_slots: u64,
+        /// Slots no placed Home reserves.
+        free_slots: u64,
+        /// Memory the Home would reserve.
+        need_memory: u64,
+        /// Memory no placed Home reserves.
+        free_memory: u64,
+    },
+}
+
+impl fmt::Display for Unplaceable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unplaceable::NoGrant { grant } => write!(
+                f,
+                "CapacityGrant {grant:?} (named by {}) does not exist in this namespace",
+                keys::CAPACITY_GRANT_ANNOTATION
+            ),
+            Unplaceable::FiberTooLarge { grant, fiber_memory, instance_memory } => write!(
+                f,
+                "one fiber needs {} of guest memory, more than an instance of CapacityGrant {grant:?} holds ({})",
+                mib(*fiber_memory),
+                mib(*instance_memory)
+            ),
+            Unplaceable::Full { grant, need_slots, free_slots, need_memory, free_memory } => write!(
+                f,
+                "CapacityGrant {grant:?} cannot reserve min-scale for this Revision: it needs {need_slots} fiber slots and {} \
+                 of guest memory, {free_slots} slots and {} are unreserved",
+                mib(*need_memory),
+                mib(*free_memory)
+            ),
+        }
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// The grant a Revision's Home goes on: the one its annotation names, else the shared one.
+pub fn grant_name(revision: &Revision) -> String {
+    revision
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::CAPACITY_GRANT_ANNOTATION))
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| keys::SHARED_GRANT_NAME.to_string())
+}
+
+/// Whether `room` can take a Home with `demand` beside the Homes already placed on it.
+pub fn place<'a>(demand: Demand, room: &Room, placed: impl IntoIterator<Item = &'a Demand>) -> Result<(), Unplaceable> {
+    if demand.fiber_memory > room.instance_memory() {
+        return Err(Unplaceable::FiberTooLarge {
+            grant: room.grant.clone(),
+            fiber_memory: demand.fiber_memory,
+            instance_memory: room.instance_memory(),
+        });
+    }
+    let (mut slots, mut memory) = (0u64, 0u64);
+    for other in placed {
+        slots = slots.saturating_add(other.slots());
+        memory = memory.saturating_add(other.memory());
+    }
+    let free_slots = room.slots.saturating_sub(slots);
+    let free_memory = room.memory.saturating_sub(memory);
+    let (need_slots, need_memory) = (demand.slots(), demand.memory());
+    if need_slots > free_slots || need_memory > free_memory {
+        return Err(Unplaceable::Full { grant: room.grant.clone(), need_slots, free_slots, need_memory, free_memory });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn room(instances: u64, slots: u64, memory: u64) -> Room {
+        Room { grant: "lampyr-fibers".into(), instances, slots, memory }
+    }
+
+    fn demand(min_scale: u32, fiber_memory: u64) -> Demand {
+        Demand { min_scale, fiber_memory }
+    }
+
+    #[test]
+    fn homes_at_zero_reserve_nothing_and_fit_while_one_fiber_fits_an_instance() {
+        let room = room(2, 10, 200);
+        let many: Vec<Demand> = (0..1000).map(|_| demand(0, 10)).collect();
+        assert_eq!(place(demand(0, 100), &room, &many), Ok(()));
+        let err = place(demand(0, 101), &room, &many).expect_err("an instance holds 100 B");
+        assert!(matches!(err, Unplaceable::FiberTooLarge { instance_memory: 100, .. }), "{err:?}");
+        assert!(err.to_string().contains("more than an instance of CapacityGrant \"lampyr-fibers\" holds"), "{err}");
+    }
+
+    #[test]
+    fn min_scale_is_reserved_across_the_instances_and_a_full_grant_says_what_is_short() {
+        let room = room(2, 10, 1000);
+        let placed = [demand(4, 10), demand(3, 10)];
+        // 4 + 3 = 7 of 10 slots reserved: 3 free, so min-scale 3 fits, 4 does not.
+        assert_eq!(place(demand(3, 10), &room, &placed), Ok(()));
+        let err = place(demand(4, 10), &room, &placed).expect_err("4 > 3");
+        assert_eq!(
+            err,
+            Unplaceable::Full { grant: "lampyr-fibers".into(), need_slots: 4, free_slots: 3, need_memory: 40, free_memory: 930 }
+        );
+        let message = err.to_string();
+        assert!(message.contains("\"lampyr-fibers\"") && message.contains("needs 4 fiber slots") && message.contains("3 slots"), "{message}");
+    }
+
+    #[test]
+    fn memory_is_reserved_as_slots_are() {
+        let room = room(1, 100, 100);
+        assert_eq!(place(demand(5, 20), &room, &[]), Ok(()));
+        let err = place(demand(5, 20), &room, &[demand(1, 20)]).expect_err("100 B + 20 B");
+        assert!(matches!(err, Unplaceable::Full { need_memory: 100, free_memory: 80, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn the_annotation_names_the_grant_else_the_shared_one() {
+        let mut rev: Revision = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r", "annotations": {}}, "spec": {"containers": [{"image": "x"}]}
+        }))
+        .expect("revision");
+        assert_eq!(grant_name(&rev), keys::SHARED_GRANT_NAME);
+        rev.metadata.annotations.get_or_insert_default().insert(keys::CAPACITY_GRANT_ANNOTATION.into(), " team-a ".into());
+        assert_eq!(grant_name(&rev), "team-a");
+    }
+}
