@@ -457,12 +457,14 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Writes the backend's warm fibers, reserved slots and the memory they hold into `entry`.
+/// Writes the backend's warm fibers, reserved slots and the memory they hold into `entry`,
+/// topping the reservation up first.
 fn record_usage(entry: &mut HomeInstance, backend: &LocalBackend) {
     let fibers = backend.stats().fibers;
     entry.warm_fibers = i32::try_from(fibers).unwrap_or(i32::MAX);
     if let Some(account) = backend.pool().capacity() {
-        entry.reserved_slots = i32::try_from(account.reserved()).unwrap_or(i32::MAX);
+        // A Home loaded while the instance was full takes its min-scale as room appears.
+        entry.reserved_slots = i32::try_from(account.top_up()).unwrap_or(i32::MAX);
         let memory = u64::from(account.live().max(account.reserved())).saturating_mul(account.fiber_memory());
         entry.memory_bytes = i64::try_from(memory).unwrap_or(i64::MAX);
     }

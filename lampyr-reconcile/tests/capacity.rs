@@ -51,22 +51,46 @@ async fn serve(client: &Client, ns: &str, grant: &str, name: &str) {
     fiberd_reports(client, ns, name, &format!("{grant}-0"), true, 0, None).await;
 }
 
+/// One test's namespace, its APIs and a registry holding the hello artifact.
+struct Setup {
+    client: Client,
+    ns: String,
+    revisions: Api<Revision>,
+    homes: Api<Home>,
+    grants: Api<CapacityGrant>,
+    _registry: TestRegistry,
+    registry_host: String,
+    artifact: String,
+}
+
+async fn setup(prefix: &str) -> Setup {
+    let cluster = Cluster::shared();
+    install_crds(cluster).await;
+    let ns = cluster.namespace(prefix).await;
+    let client = cluster.client().await;
+    let registry = TestRegistry::start();
+    let artifact = push_hello(&registry, "lampyr/hello").await;
+    Setup {
+        revisions: Api::namespaced(client.clone(), &ns),
+        homes: Api::namespaced(client.clone(), &ns),
+        grants: Api::namespaced(client.clone(), &ns),
+        registry_host: registry.host(),
+        _registry: registry,
+        artifact,
+        client,
+        ns,
+    }
+}
+
 async fn ready(revisions: &Api<Revision>, name: &str) -> Revision {
     wait_for(revisions, name, "Ready", |r| ready_condition(r).is_some_and(|c| c.is_true())).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revision_waits_for_room_on_a_full_grant_and_is_placed_when_room_appears() {
-    let cluster = Cluster::shared();
-    install_crds(cluster).await;
-    let ns = cluster.namespace("cap-full").await;
-    let client = cluster.client().await;
-    let revisions: Api<Revision> = Api::namespaced(client.clone(), &ns);
-    let homes: Api<Home> = Api::namespaced(client.clone(), &ns);
+    let Setup { client, ns, revisions, homes, grants, registry_host, artifact, _registry } = setup("cap-full").await;
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let registry = TestRegistry::start();
-    let artifact = push_hello(&registry, "lampyr/hello").await;
-    let mut config = config(&ns, &[registry.host()]);
+    let mut config = config(&ns, &[registry_host]);
     config.grant.slots_per_instance = 4;
     let controller = Controller::start(client.clone(), config).await;
 
@@ -94,23 +118,15 @@ async fn a_revision_waits_for_room_on_a_full_grant_and_is_placed_when_room_appea
     assert!(woken_after < Duration::from_secs(25), "woken by the Home's deletion, not the 30 s recheck: {woken_after:?}");
     serve(&client, &ns, keys::SHARED_GRANT_NAME, "more-00001").await;
     ready(&revisions, "more-00001").await;
-    let grant: CapacityGrant = Api::namespaced(client.clone(), &ns).get(keys::SHARED_GRANT_NAME).await.expect("grant");
+    let grant = grants.get(keys::SHARED_GRANT_NAME).await.expect("grant");
     assert_eq!(grant.spec.fiber_slots, 4, "the shared grant was not resized by the Revisions");
     controller.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revision_may_name_an_operators_grant_which_is_never_changed() {
-    let cluster = Cluster::shared();
-    install_crds(cluster).await;
-    let ns = cluster.namespace("cap-named").await;
-    let client = cluster.client().await;
-    let revisions: Api<Revision> = Api::namespaced(client.clone(), &ns);
-    let homes: Api<Home> = Api::namespaced(client.clone(), &ns);
-    let grants: Api<CapacityGrant> = Api::namespaced(client.clone(), &ns);
-    let registry = TestRegistry::start();
-    let artifact = push_hello(&registry, "lampyr/hello").await;
-    let controller = Controller::start(client.clone(), config(&ns, &[registry.host()])).await;
+    let Setup { client, ns, revisions, homes, grants, registry_host, artifact, _registry } = setup("cap-named").await;
+    let controller = Controller::start(client.clone(), config(&ns, &[registry_host])).await;
 
     let svc = annotated(knative_service("team", &ns, Some(&artifact), json!({})), &[(keys::CAPACITY_GRANT_ANNOTATION, "team-a")]);
     create_service(&client, &ns, &svc).await;
@@ -137,15 +153,7 @@ async fn a_revision_may_name_an_operators_grant_which_is_never_changed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn revisions_on_per_revision_grants_move_to_the_shared_grant() {
-    let cluster = Cluster::shared();
-    install_crds(cluster).await;
-    let ns = cluster.namespace("cap-upgrade").await;
-    let client = cluster.client().await;
-    let revisions: Api<Revision> = Api::namespaced(client.clone(), &ns);
-    let homes: Api<Home> = Api::namespaced(client.clone(), &ns);
-    let grants: Api<CapacityGrant> = Api::namespaced(client.clone(), &ns);
-    let registry = TestRegistry::start();
-    let artifact = push_hello(&registry, "lampyr/hello").await;
+    let Setup { client, ns, revisions, homes, grants, registry_host, artifact, _registry } = setup("cap-upgrade").await;
 
     // What the previous version left: a Revision with a Home on its own grant, served by that grant's Pod.
     create_service(&client, &ns, &knative_service("old", &ns, Some(&artifact), json!({}))).await;
@@ -168,7 +176,7 @@ async fn revisions_on_per_revision_grants_move_to_the_shared_grant() {
 
     // The new controller moves the Home to the shared grant, and deletes the old grant
     // only once an instance of the shared one serves it.
-    let controller = Controller::start(client.clone(), config(&ns, &[registry.host()])).await;
+    let controller = Controller::start(client.clone(), config(&ns, &[registry_host])).await;
     wait_for(&homes, "old-00001", "moved", |h| h.spec.grant_name == keys::SHARED_GRANT_NAME).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(grants.get_opt("old-00001").await.expect("get").is_some(), "kept while nothing on the shared grant serves the Home");

@@ -118,7 +118,7 @@ async fn capacity_grants_work_through_kubectl_with_their_columns() {
     assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
 
     let grants: Api<CapacityGrant> = Api::namespaced(cluster.client().await, &ns);
-    let status = json!({ "status": { "observedGeneration": 1, "readyInstances": 2, "allocatedSlots": 10 } });
+    let status = json!({ "status": { "observedGeneration": 1, "readyInstances": 2, "allocatedSlots": 10, "homes": 3 } });
     grants.patch_status("default", &PatchParams::default(), &Patch::Merge(&status)).await.expect("patch status");
 
     // The short name and the printer columns, as an operator sees them.
@@ -126,7 +126,7 @@ async fn capacity_grants_work_through_kubectl_with_their_columns() {
     let text = String::from_utf8_lossy(&listed.stdout);
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header[..5], ["NAME", "SLOTS", "ALLOCATED", "INSTANCES", "READY"], "{text}");
+    assert_eq!(header[..6], ["NAME", "SLOTS", "ALLOCATED", "HOMES", "INSTANCES", "READY"], "{text}");
     let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(row[..5], ["default", "64", "10", "2", "2"], "{text}");
+    assert_eq!(row[..6], ["default", "64", "10", "3", "2", "2"], "{text}");
 }

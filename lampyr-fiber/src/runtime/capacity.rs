@@ -102,7 +102,9 @@ impl Capacity {
 /// What one account holds.
 #[derive(Debug, Default)]
 struct AccountState {
-    /// Slots reserved.
+    /// Slots the pool wants reserved (its `min-scale`).
+    wanted: u32,
+    /// Slots reserved: `wanted`, or less while the instance has no more room.
     reserved: u32,
     /// Fibers alive; those beyond `reserved` hold burst slots.
     live: u32,
@@ -140,9 +142,11 @@ impl CapacityAccount {
     }
 
     /// Changes the reservation to `want` slots (a changed `min-scale`), keeping the fibers
-    /// alive; more than is free is cut to what is free. Returns the slots now reserved.
+    /// alive; more than is free is cut to what is free, and the rest is taken by
+    /// [`CapacityAccount::top_up`] when room appears. Returns the slots now reserved.
     pub fn set_reserved(&self, want: u32) -> u32 {
         let mut state = self.state();
+        state.wanted = want;
         let mut usage = self.capacity.lock();
         // Slots held now are max(reserved, live); only growth beyond that needs free room.
         let held = state.reserved.max(state.live);
@@ -159,6 +163,19 @@ impl CapacityAccount {
         usage.burst_slots = usage.burst_slots.saturating_sub(old_burst).saturating_add(new_burst);
         usage.burst_memory = usage.burst_memory.saturating_sub(memory(old_burst)).saturating_add(memory(new_burst));
         granted
+    }
+
+    /// Reserves what the pool wants but did not get when the instance was full, as far as
+    /// there is room now. Returns the slots now reserved.
+    pub fn top_up(&self) -> u32 {
+        let wanted = {
+            let state = self.state();
+            if state.reserved >= state.wanted {
+                return state.reserved;
+            }
+            state.wanted
+        };
+        self.set_reserved(wanted)
     }
 
     /// Takes a slot for one more fiber: from the reservation while it lasts, else from
@@ -258,11 +275,14 @@ mod tests {
         let a = capacity.account(2, 10);
         let b = capacity.account(5, 10);
         assert_eq!(b.reserved(), 1, "only one slot was free");
+        assert_eq!(b.top_up(), 1, "still no room");
         for _ in 0..2 {
             a.admit().expect("reserved");
         }
         drop(a);
         assert_eq!(capacity.usage(), CapacityUsage { reserved_slots: 1, reserved_memory: 10, burst_slots: 0, burst_memory: 0 });
+        assert_eq!(b.top_up(), 3, "the room a gave back tops b's reservation up");
+        b.set_reserved(1);
         let c = capacity.account(0, 10);
         c.admit().expect("free again");
         c.admit().expect("free again");
