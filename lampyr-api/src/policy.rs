@@ -159,6 +159,12 @@ impl FiberPolicy {
     pub fn request_deadline(&self) -> Duration {
         self.timeouts.request.min(self.timeouts.response_start)
     }
+
+    /// Guest memory one fiber takes, in bytes: the snapshot's memory, or the container's
+    /// memory request/limit when larger (never 0).
+    pub fn fiber_memory(&self, snapshot_memory: u64) -> u64 {
+        self.memory_bytes.unwrap_or(0).max(snapshot_memory).max(1)
+    }
 }
 
 impl Default for ScalingPolicy {

@@ -135,11 +135,11 @@ pub(crate) fn parse_fleet_key(bytes: Vec<u8>, from: FleetKeySource) -> Result<Fl
 }
 
 /// Guest memory one fiber of the Home takes: what lampyr-controller placed it with, else
-/// the larger of the snapshot's memory and the policy's memory.
+/// the policy's rule for the snapshot's memory.
 pub(crate) fn fiber_memory(spec: &HomeSpec, snapshot_memory: u64) -> u64 {
     match u64::try_from(spec.fiber_memory_bytes) {
         Ok(placed) if placed > 0 => placed,
-        _ => spec.policy.memory_bytes.unwrap_or(0).max(snapshot_memory).max(1),
+        _ => spec.policy.fiber_memory(snapshot_memory),
     }
 }
 

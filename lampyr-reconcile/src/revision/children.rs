@@ -132,7 +132,7 @@ pub struct GrantSizing {
 /// What one fiber of this Revision reserves: its `min-scale`, and the snapshot's
 /// memory or the container's memory request/limit when larger.
 pub fn demand(policy: &FiberPolicy, artifact_memory: u64) -> Demand {
-    Demand { min_scale: policy.scaling.min_scale, fiber_memory: policy.memory_bytes.unwrap_or(0).max(artifact_memory).max(1) }
+    Demand { min_scale: policy.scaling.min_scale, fiber_memory: policy.fiber_memory(artifact_memory) }
 }
 
 /// The namespace's shared CapacityGrant, [`keys::SHARED_GRANT_NAME`]: labelled as
