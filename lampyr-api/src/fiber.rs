@@ -133,6 +133,15 @@ pub struct CapacityGrantSpec {
     pub helper_image: String,
 }
 
+impl CapacityGrantSpec {
+    /// One instance's share of the fiber slots and guest memory: the totals spread evenly
+    /// over the instances (rounded down, at least 1 each).
+    pub fn instance_share(&self) -> (i32, i64) {
+        let instances = self.instances.max(1);
+        ((self.fiber_slots / instances).max(1), (self.memory_bytes / i64::from(instances)).max(1))
+    }
+}
+
 /// Where a grant's Pods may be scheduled.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

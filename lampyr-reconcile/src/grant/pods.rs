@@ -74,18 +74,11 @@ pub fn desired_pods(grant: &CapacityGrant, settings: &PodSettings) -> Vec<Pod> {
     (0..grant.spec.instances.max(0)).map(|i| grant_pod(grant, i, settings)).collect()
 }
 
-/// One instance's share of a grant's fiber slots and guest memory: the totals spread
-/// evenly over the instances (rounded down, at least 1).
-pub fn instance_share(grant: &CapacityGrant) -> (i32, i64) {
-    let instances = grant.spec.instances.max(1);
-    ((grant.spec.fiber_slots / instances).max(1), (grant.spec.memory_bytes / i64::from(instances)).max(1))
-}
-
 /// fiberd's command line in a grant Pod.
 fn fiberd_args(grant: &CapacityGrant, index: i32, port: u16, settings: &PodSettings) -> Vec<String> {
     let name = grant.metadata.name.clone().unwrap_or_default();
     let namespace = grant.metadata.namespace.clone().unwrap_or_default();
-    let (slots, memory) = instance_share(grant);
+    let (slots, memory) = grant.spec.instance_share();
     let mut args = vec![
         "--name=$(POD_NAME)".to_string(),
         format!("--grant={name}"),
@@ -139,7 +132,7 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
     let node_selector =
         if placement.node_selector.is_empty() { settings.default_node_selector.clone() } else { placement.node_selector };
     let port = settings.fiberd_port;
-    let (_, per_instance_memory) = instance_share(grant);
+    let (_, per_instance_memory) = grant.spec.instance_share();
     let kvm = KvmMount::for_access(&settings.kvm);
     let mut fiberd_limits = kvm.limits.clone();
     fiberd_limits["memory"] = json!(per_instance_memory.to_string());

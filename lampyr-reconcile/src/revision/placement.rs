@@ -45,12 +45,12 @@ impl Demand {
 pub struct Room {
     /// The grant's name.
     pub grant: String,
-    /// Its instances.
-    pub instances: u64,
     /// Fiber slots across all instances.
     pub slots: u64,
     /// Guest memory across all instances, in bytes.
     pub memory: u64,
+    /// Guest memory one instance holds, in bytes.
+    pub instance_memory: u64,
 }
 
 impl Room {
@@ -59,15 +59,10 @@ impl Room {
         let positive = |n: i64| u64::try_from(n).unwrap_or(0);
         Room {
             grant: grant.metadata.name.clone().unwrap_or_default(),
-            instances: positive(grant.spec.instances.into()).max(1),
             slots: positive(grant.spec.fiber_slots.into()),
             memory: positive(grant.spec.memory_bytes),
+            instance_memory: positive(grant.spec.instance_share().1),
         }
-    }
-
-    /// Guest memory one instance holds.
-    fn instance_memory(&self) -> u64 {
-        self.memory / self.instances
     }
 }
 
@@ -146,11 +141,11 @@ pub fn grant_name(revision: &Revision) -> String {
 
 /// Whether `room` can take a Home with `demand` beside the Homes already placed on it.
 pub fn place<'a>(demand: Demand, room: &Room, placed: impl IntoIterator<Item = &'a Demand>) -> Result<(), Unplaceable> {
-    if demand.fiber_memory > room.instance_memory() {
+    if demand.fiber_memory > room.instance_memory {
         return Err(Unplaceable::FiberTooLarge {
             grant: room.grant.clone(),
             fiber_memory: demand.fiber_memory,
-            instance_memory: room.instance_memory(),
+            instance_memory: room.instance_memory,
         });
     }
     let (mut slots, mut memory) = (0u64, 0u64);
@@ -172,7 +167,7 @@ mod tests {
     use super::*;
 
     fn room(instances: u64, slots: u64, memory: u64) -> Room {
-        Room { grant: "lampyr-fibers".into(), instances, slots, memory }
+        Room { grant: "lampyr-fibers".into(), slots, memory, instance_memory: memory / instances }
     }
 
     fn demand(min_scale: u32, fiber_memory: u64) -> Demand {
@@ -210,6 +205,16 @@ mod tests {
         assert_eq!(place(demand(5, 20), &room, &[]), Ok(()));
         let err = place(demand(5, 20), &room, &[demand(1, 20)]).expect_err("100 B + 20 B");
         assert!(matches!(err, Unplaceable::Full { need_memory: 100, free_memory: 80, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_grants_room_is_its_spec_and_an_instance_holds_its_share_of_the_memory() {
+        let grant: CapacityGrant = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g"},
+            "spec": {"fiberSlots": 10, "memoryBytes": 1000, "instances": 4, "grantImage": "i", "helperImage": "h"}
+        }))
+        .expect("grant");
+        assert_eq!(Room::of_grant(&grant), Room { grant: "g".into(), slots: 10, memory: 1000, instance_memory: 250 });
     }
 
     #[test]
