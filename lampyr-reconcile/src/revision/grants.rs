@@ -55,12 +55,13 @@ impl Grants {
 
     /// What the Homes placed on grant `namespace/grant` reserve, but Home `except`'s.
     pub fn placed(&self, namespace: &str, grant: &str, except: &str) -> Vec<Demand> {
-        self.homes
-            .state()
-            .iter()
-            .filter(|h| h.namespace().as_deref() == Some(namespace) && h.spec.grant_name == grant && h.name_any() != except)
-            .map(|h| Demand::of_home(h))
-            .collect()
+        self.homes_on(namespace, grant).filter(|h| h.name_any() != except).map(|h| Demand::of_home(&h)).collect()
+    }
+
+    /// The Homes placed on grant `namespace/grant`, as last observed.
+    fn homes_on(&self, namespace: &str, grant: &str) -> impl Iterator<Item = Arc<Home>> {
+        let (namespace, grant) = (namespace.to_string(), grant.to_string());
+        self.homes.state().into_iter().filter(move |h| h.namespace().as_deref() == Some(namespace.as_str()) && h.spec.grant_name == grant)
     }
 
     /// Whether both stores have listed once (before that, a placement could overcommit).
@@ -105,12 +106,7 @@ impl Grants {
     }
 
     fn placed_on(&self, namespace: &str, grant: &str) -> Vec<ObjectRef<Revision>> {
-        self.homes
-            .state()
-            .iter()
-            .filter(|h| h.namespace().as_deref() == Some(namespace) && h.spec.grant_name == grant)
-            .map(|h| ObjectRef::new(&h.spec.revision_name).within(namespace))
-            .collect()
+        self.homes_on(namespace, grant).map(|h| ObjectRef::new(&h.spec.revision_name).within(namespace)).collect()
     }
 
     /// Starts watching Homes and grants (of `namespace`, or all) into the stores; returns
