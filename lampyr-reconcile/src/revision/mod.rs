@@ -273,14 +273,13 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
     context.autoscaler.synced().await;
     let client = context.client.clone();
     let config = &context.config;
-    let (revisions, homes, grants, services) = match &config.namespace {
+    let (revisions, homes, services) = match &config.namespace {
         Some(ns) => (
             Api::<Revision>::namespaced(client.clone(), ns),
             Api::<Home>::namespaced(client.clone(), ns),
-            Api::<CapacityGrant>::namespaced(client.clone(), ns),
             Api::<Service>::namespaced(client.clone(), ns),
         ),
-        None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone())),
+        None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone())),
     };
     let ours = watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", children::MANAGED_BY_LABEL));
     let woken = context.grants.watch(&client, config.namespace.as_deref());
@@ -289,7 +288,7 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
     tracing::info!(namespace = ?config.namespace, router = %config.router_service, "lampyr-controller: reconciling Revisions");
     Controller::new(revisions, watcher::Config::default())
         .owns(homes, ours.clone())
-        .owns(grants, ours.clone())
+        // Grants are watched once, by the placement stores, which wake the Revisions they concern.
         .owns(services, ours)
         .reconcile_all_on(context.autoscaler.changes())
         .reconcile_on(woken)
