@@ -39,15 +39,6 @@ enum StartError {
     Sandbox(hyperlight_host::HyperlightError),
 }
 
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StartError::Capacity(e) => e.fmt(f),
-            StartError::Sandbox(e) => e.fmt(f),
-        }
-    }
-}
-
 impl From<StartError> for InvokeError {
     fn from(e: StartError) -> Self {
         match e {
