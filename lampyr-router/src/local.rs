@@ -57,13 +57,7 @@ impl LocalBackend {
             Err(_) => 1,
         };
         let pool = self.pool.clone();
-        tokio::spawn(async move {
-            match pool.set_desired(n as usize).await {
-                Ok(()) => {}
-                Err(InvokeError::NoCapacity(why)) => tracing::debug!(%why, "no room to wake the revision"),
-                Err(e) => tracing::warn!(error = %e, "waking the revision failed"),
-            }
-        });
+        tokio::spawn(async move { resize(&pool, n as usize, "no room to wake the revision", "waking the revision failed").await });
     }
 
     /// One scaling step: sample, decide, resize.
@@ -75,16 +69,20 @@ impl LocalBackend {
             scaler.record(now, (stats.in_flight + stats.queued) as f64, self.arrivals.swap(0, Ordering::AcqRel));
             scaler.decide(now, stats.live as u32)
         };
-        let resize = decision.desired as usize != stats.desired || (decision.desired as usize) < stats.live;
-        if !resize {
-            return;
+        let changed = decision.desired as usize != stats.desired || (decision.desired as usize) < stats.live;
+        if changed {
+            resize(&self.pool, decision.desired as usize, "no room to scale up", "resizing the revision failed").await;
         }
-        match self.pool.set_desired(decision.desired as usize).await {
-            Ok(()) => {}
-            // Expected while the instance is full; the next tick tries again.
-            Err(InvokeError::NoCapacity(why)) => tracing::debug!(%why, "no room to scale up"),
-            Err(e) => tracing::warn!(error = %e, "resizing the revision failed"),
-        }
+    }
+}
+
+/// Sets `pool`'s warm size to `n`. No room on the instance is expected while it is full
+/// (the next tick tries again) and logged at debug as `no_room`; other failures warn as `failed`.
+async fn resize(pool: &FiberPool, n: usize, no_room: &str, failed: &str) {
+    match pool.set_desired(n).await {
+        Ok(()) => {}
+        Err(InvokeError::NoCapacity(why)) => tracing::debug!(%why, "{no_room}"),
+        Err(e) => tracing::warn!(error = %e, "{failed}"),
     }
 }
 
