@@ -29,6 +29,13 @@
 //!    placed on the namespace's shared grant, whose Pod already runs). Baseline:
 //!    the same kind of patch of a ConfigMap through the API until a GET reads it back.
 //!
+//! 5. Density: [`LAMPYR_BENCH_DENSITY`] Services (min-scale 0, as created) in one
+//!    namespace, created at once, until all are Ready; then the grant Pods holding
+//!    them, the API objects per Revision in the namespace, and the resident memory of
+//!    the shared grant's fiberd, when holding one Revision and all of them, and again
+//!    once every Revision is back at zero warm fibers. Baseline: as many ConfigMaps
+//!    created the same way until a watch has seen them all.
+//!
 //! Each section has a namespace of its own, deleted (and its fiberd processes
 //! gone) before the next starts.
 //!
@@ -47,10 +54,11 @@
 //! `LAMPYR_BENCH_SERVICES` (default 20) sets the Services of section 1,
 //! `LAMPYR_BENCH_BURST` (default 200) those of section 2, and
 //! `LAMPYR_BENCH_TRAFFIC` (default 10) the traffic changes of section 3, and
-//! `LAMPYR_BENCH_REVISIONS` (default 20) the new Revisions of section 4.
+//! `LAMPYR_BENCH_REVISIONS` (default 20) the new Revisions of section 4, and
+//! `LAMPYR_BENCH_DENSITY` (default 1000) the Services of section 5.
 //! Progress is logged to stderr (`RUST_LOG`, default `cluster=info`); the table goes to stdout.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
@@ -85,6 +93,7 @@ fn main() {
     let burst = env_count("LAMPYR_BENCH_BURST", 200);
     let changes = env_count("LAMPYR_BENCH_TRAFFIC", 10);
     let revisions = env_count("LAMPYR_BENCH_REVISIONS", 20);
+    let density = env_count("LAMPYR_BENCH_DENSITY", 1000);
 
     let started = Instant::now();
     let stack = LampyrStack::shared();
@@ -97,6 +106,7 @@ fn main() {
         reconcile_burst(stack, &artifact, burst, &mut table).await;
         traffic_changes(stack, &artifact, changes, &mut table).await;
         new_revisions(stack, &artifact, revisions, &mut table).await;
+        held_at_zero(stack, &artifact, density, &mut table).await;
         table
     });
     println!("\nLampyr control plane in the cluster test environment, each figure beside its baseline\n");
@@ -115,6 +125,9 @@ fn main() {
          4: {revisions} new Revisions of one Service (after one unmeasured), each a merge patch of its template's TARGET; \
          time from the patch to a watch seeing\n   the Service Ready at its generation; baseline: a merge patch of a ConfigMap \
          until a GET reads the new value back.\n\
+         5: {density} Services created at once like 2 (min-scale 0; initial-scale 1, so each starts with a fiber if a slot is free),\n   \
+         API objects: everything in the namespace per Revision; fiberd's resident memory from /proc after one Service Ready, after all, and once\n   \
+         no Revision holds a warm fiber.\n\
          Ratios compare like with like: a median with the baseline's median, a p90 with its p90.\n\
          Everything (API server, etcd, Knative, Lampyr's controllers, fiber-router, one fiberd per namespace's shared grant, this client) \
          shares the machine's {} cores.",
@@ -217,10 +230,17 @@ async fn reconcile_burst(stack: &LampyrStack, artifact: &str, n: usize, table: &
     let maps = timed_burst(&maps, map_docs, |m: &ConfigMap| m.name_any().starts_with("burst-")).await;
     tracing::info!(created = ?maps.created, seen = ?maps.done, "{n} ConfigMaps");
     let service_docs = names.iter().map(|name| knative_service(&ns, name, artifact, name, None)).collect();
-    let events_before = watch_events(&client).await;
+    let before = ApiActivity::read(&client).await;
     let ready = timed_burst(&services, service_docs, service_ready).await;
-    let events = watch_events(&client).await - events_before;
-    tracing::info!(created = ?ready.created, ready = ?ready.done, watch_events = events.all, of_homes = events.homes, "{n} Services");
+    let api = ApiActivity::read(&client).await.since(&before);
+    tracing::info!(
+        created = ?ready.created, ready = ?ready.done,
+        watch_events = ApiActivity::summary(&api.watch_events, 8),
+        requests = ApiActivity::summary(&api.requests, 12),
+        request_seconds = ApiActivity::summary(&api.request_seconds, 12),
+        "{n} Services"
+    );
+    tracing::info!(reasons = %event_reasons(&client, &ns).await, "events in {ns}");
     delete_namespace(stack, &ns).await;
 
     let rate = |d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
@@ -237,40 +257,86 @@ async fn reconcile_burst(stack: &LampyrStack, artifact: &str, n: usize, table: &
         "-",
         "1×".into(),
     );
-    table.row(
-        "   … watch events the API server sent meanwhile",
-        format!("{:.0} ({:.0}% of them Homes)", events.all, 100.0 * events.homes / events.all.max(1.0)),
-        "-",
-        "-".into(),
-    );
+    table.row("   … watch events the API server sent meanwhile", ApiActivity::summary(&api.watch_events, 3), "-", "-".into());
+    table.row("   … requests the API server answered meanwhile", ApiActivity::summary(&api.requests, 3), "-", "-".into());
 }
 
-/// Watch events the API server has sent since it started: all, and those of Homes.
-#[derive(Clone, Copy)]
-struct WatchEvents {
-    all: f64,
-    homes: f64,
+/// What the API server has done since it started, from its `/metrics`: watch
+/// events sent per resource, requests answered and seconds spent per verb and resource.
+#[derive(Clone, Default)]
+struct ApiActivity {
+    watch_events: BTreeMap<String, f64>,
+    requests: BTreeMap<String, f64>,
+    request_seconds: BTreeMap<String, f64>,
 }
 
-impl std::ops::Sub for WatchEvents {
-    type Output = WatchEvents;
-    fn sub(self, earlier: WatchEvents) -> WatchEvents {
-        WatchEvents { all: self.all - earlier.all, homes: self.homes - earlier.homes }
+impl ApiActivity {
+    /// Reads the API server's `/metrics`.
+    async fn read(client: &kube::Client) -> ApiActivity {
+        let request = http::Request::get("/metrics").body(Vec::new()).expect("a GET request");
+        let text = client.request_text(request).await.unwrap_or_else(|e| panic!("reading the API server's metrics: {e}"));
+        let mut activity = ApiActivity::default();
+        for (labels, count) in lampyr_testenv::stack::metric_samples(&text, "apiserver_watch_events_total") {
+            *activity.watch_events.entry(label(labels, "resource")).or_default() += count;
+        }
+        for (labels, count) in lampyr_testenv::stack::metric_samples(&text, "apiserver_request_total") {
+            *activity.requests.entry(verb_resource(labels)).or_default() += count;
+        }
+        for (labels, seconds) in lampyr_testenv::stack::metric_samples(&text, "apiserver_request_duration_seconds_sum") {
+            *activity.request_seconds.entry(verb_resource(labels)).or_default() += seconds;
+        }
+        activity
     }
-}
 
-/// Reads `apiserver_watch_events_total` from the API server's `/metrics`.
-async fn watch_events(client: &kube::Client) -> WatchEvents {
-    let request = http::Request::get("/metrics").body(Vec::new()).expect("a GET request");
-    let text = client.request_text(request).await.unwrap_or_else(|e| panic!("reading the API server's metrics: {e}"));
-    let mut events = WatchEvents { all: 0.0, homes: 0.0 };
-    for (labels, count) in lampyr_testenv::stack::metric_samples(&text, "apiserver_watch_events_total") {
-        events.all += count;
-        if labels.contains(r#"resource="homes""#) {
-            events.homes += count;
+    /// What happened between `earlier` and `self`.
+    fn since(&self, earlier: &ApiActivity) -> ApiActivity {
+        let minus = |now: &BTreeMap<String, f64>, then: &BTreeMap<String, f64>| {
+            now.iter().map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0.0))).filter(|(_, v)| *v > 0.0).collect()
+        };
+        ApiActivity {
+            watch_events: minus(&self.watch_events, &earlier.watch_events),
+            requests: minus(&self.requests, &earlier.requests),
+            request_seconds: minus(&self.request_seconds, &earlier.request_seconds),
         }
     }
-    events
+
+    /// `total (top: key n, …)` of `counts`, the `top` largest named.
+    fn summary(counts: &BTreeMap<String, f64>, top: usize) -> String {
+        let total: f64 = counts.values().sum();
+        let mut largest: Vec<(&String, &f64)> = counts.iter().collect();
+        largest.sort_by(|a, b| b.1.total_cmp(a.1));
+        let named: Vec<String> = largest.iter().take(top).map(|(k, v)| format!("{k} {v:.0}")).collect();
+        format!("{total:.0} ({})", named.join(", "))
+    }
+}
+
+/// The value of label `name` in a metric's `{…}` labels, or `""`.
+fn label(labels: &str, name: &str) -> String {
+    let key = format!("{name}=\"");
+    labels
+        .find(&key)
+        .and_then(|at| labels[at + key.len()..].split('"').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `VERB resource` of a request metric's labels (`WATCH homes`, `PATCH homes/status`).
+fn verb_resource(labels: &str) -> String {
+    let subresource = label(labels, "subresource");
+    let resource = if subresource.is_empty() { label(labels, "resource") } else { format!("{}/{subresource}", label(labels, "resource")) };
+    format!("{} {resource}", label(labels, "verb"))
+}
+
+/// `reason (kind) count, …` of the Events in namespace `ns`, most frequent first.
+async fn event_reasons(client: &kube::Client, ns: &str) -> String {
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+    let listed = events.list(&ListParams::default()).await.unwrap_or_else(|e| panic!("listing Events: {e}"));
+    let mut counts: BTreeMap<String, f64> = BTreeMap::new();
+    for event in listed.items {
+        let key = format!("{} ({})", event.reason.unwrap_or_default(), event.involved_object.kind.unwrap_or_default());
+        *counts.entry(key).or_default() += f64::from(event.count.unwrap_or(1));
+    }
+    ApiActivity::summary(&counts, 12)
 }
 
 /// When a burst's creations were all answered, and when the watch saw the last one done.
@@ -458,6 +524,118 @@ async fn patch_config_map(stack: &LampyrStack, maps: &Api<ConfigMap>, name: &str
         })
         .await;
     started.elapsed()
+}
+
+// ---------- 5. Density ----------
+
+/// Longest section 5 waits for every Revision to be back at zero warm fibers.
+const IDLE_PATIENCE: Duration = Duration::from_secs(10 * 60);
+
+/// Section 5: `n` Services at min-scale 0 in one namespace: the grant Pods, API objects
+/// and fiberd memory they take.
+async fn held_at_zero(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    if n == 0 {
+        return;
+    }
+    let ns = stack.cluster.namespace("bench-density").await;
+    let client = stack.cluster.client().await;
+    let (services, maps) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<ConfigMap>::namespaced(client.clone(), &ns));
+    // The first one starts the shared grant's Pod; its fiberd's memory then is the floor.
+    stack.kubectl_apply(&knative_service(&ns, "dense-0", artifact, "dense-0", None));
+    stack.ready_host(&services, "dense-0").await;
+    let fiberd = format!("{ns}/{}-0", lampyr_api::keys::SHARED_GRANT_NAME);
+    let one = resident_bytes(stack, &fiberd);
+
+    let names: Vec<String> = (1..n).map(|i| format!("dense-{i}")).collect();
+    let map_docs = names.iter().map(|name| config_map(&ns, name)).collect();
+    let maps = timed_burst(&maps, map_docs, |m: &ConfigMap| m.name_any().starts_with("dense-")).await;
+    let service_docs = names.iter().map(|name| knative_service(&ns, name, artifact, name, None)).collect();
+    let ready = timed_burst(&services, service_docs, service_ready).await;
+    let all = resident_bytes(stack, &fiberd);
+    let grant_pods = stack.pods.ports().keys().filter(|pod| pod.starts_with(&format!("{ns}/"))).count();
+    let objects = namespace_objects(&client, &ns).await;
+    tracing::info!(ready = ?ready.done, grant_pods, ?objects, "{n} Services at min-scale 0");
+    let idle_after = all_idle(&client, &ns).await;
+    let idle = resident_bytes(stack, &fiberd);
+    tracing::info!(?idle_after, idle_mib = idle as f64 / MIB, "every Revision at zero warm fibers");
+    delete_namespace(stack, &ns).await;
+
+    let per_revision: f64 = objects.iter().map(|(_, count)| *count as f64).sum::<f64>() / n as f64;
+    let named: Vec<String> = objects.iter().filter(|(_, c)| *c > 0).map(|(kind, c)| format!("{kind} {c}")).collect();
+    table.row(
+        &format!("5. {n} Services at min-scale 0, created at once → all Ready"),
+        format!("{} ({:.1} Services/s)", fmt_duration(ready.done), (n - 1) as f64 / ready.done.as_secs_f64().max(1e-9)),
+        "-",
+        times_baseline(ready.done, maps.done),
+    );
+    table.row("   … grant Pods holding them", format!("{grant_pods} (1 per {:.0} Revisions)", n as f64 / grant_pods.max(1) as f64), "-", "-".into());
+    table.row("   … API objects per Revision in the namespace", format!("{per_revision:.1} ({})", named.join(", ")), "-", "-".into());
+    table.row(
+        "   … fiberd resident memory: 1 Revision / all / all idle",
+        format!("{:.0} / {:.0} / {:.0} MiB", one as f64 / MIB, all as f64 / MIB, idle as f64 / MIB),
+        "-",
+        "-".into(),
+    );
+    table.row(
+        "   … fiberd memory per idle Revision",
+        format!("{:.0} KiB", idle.saturating_sub(one) as f64 / 1024.0 / (n - 1).max(1) as f64),
+        "-",
+        "-".into(),
+    );
+    table.row(&format!("   baseline: {} ConfigMaps the same way → all seen", n - 1), fmt_duration(maps.done), "-", "1×".into());
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The resident memory (VmRSS) of Pod `pod`'s program, from `/proc`.
+fn resident_bytes(stack: &LampyrStack, pod: &str) -> u64 {
+    let pid = stack.pods.pid(pod).unwrap_or_else(|| panic!("grant Pod {pod} is not running"));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("reading /proc/{pid}/status: {e}"));
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"));
+    kib * 1024
+}
+
+/// How many objects of each kind the Revisions of namespace `ns` made (not the
+/// baseline's ConfigMaps, nor the namespace's own).
+async fn namespace_objects(client: &kube::Client, ns: &str) -> Vec<(&'static str, usize)> {
+    let kinds = [
+        ("serving.knative.dev", "v1", "Service", "services", "Service"),
+        ("serving.knative.dev", "v1", "Configuration", "configurations", "Configuration"),
+        ("serving.knative.dev", "v1", "Route", "routes", "Route"),
+        ("serving.knative.dev", "v1", "Revision", "revisions", "Revision"),
+        ("networking.internal.knative.dev", "v1alpha1", "Ingress", "ingresses", "Ingress"),
+        ("fiber.lampyr.dev", "v1alpha1", "Home", "homes", "Home"),
+        ("fiber.lampyr.dev", "v1alpha1", "CapacityGrant", "capacitygrants", "CapacityGrant"),
+        ("", "v1", "Service", "services", "core Service"),
+        ("", "v1", "Pod", "pods", "Pod"),
+    ];
+    let mut counts = Vec::new();
+    for (group, version, kind, plural, label) in kinds {
+        let resource = kube::core::ApiResource::from_gvk_with_plural(&kube::core::GroupVersionKind::gvk(group, version, kind), plural);
+        let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        let listed = api.list_metadata(&ListParams::default()).await.unwrap_or_else(|e| panic!("listing {plural}: {e}"));
+        counts.push((label, listed.items.len()));
+    }
+    counts
+}
+
+/// Waits until no Home in `ns` reports a warm fiber; returns how long that took.
+async fn all_idle(client: &kube::Client, ns: &str) -> Duration {
+    let homes = Api::<lampyr_api::Home>::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    loop {
+        let list = homes.list(&ListParams::default()).await.unwrap_or_else(|e| panic!("listing Homes: {e}"));
+        let warm: i64 = list.items.iter().flat_map(|h| h.status.iter().flat_map(|s| &s.instances)).map(|i| i64::from(i.warm_fibers)).sum();
+        if warm == 0 {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < IDLE_PATIENCE, "{warm} fibers still warm after {IDLE_PATIENCE:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 // ---------- Clean-up ----------

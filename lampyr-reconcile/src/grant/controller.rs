@@ -2,8 +2,9 @@
 //! fleet-key copies and grant status out. Grant Pods and the Homes placed on
 //! grants are read from watched stores, not listed per reconcile.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,7 +19,7 @@ use serde_json::json;
 use super::identity::{IdentityStores, ensure_identity};
 use super::images::{ImageRefused, check_images, template_repositories};
 use super::pods::{GRANT_LABEL, PodSettings, desired_pods, pod_spec_hash};
-use super::status::{allocation, grant_status};
+use super::status::{allocation, grant_status, same_but_allocation};
 
 /// The field manager of everything the grant controller writes.
 pub const FIELD_MANAGER: &str = "fiberd-k8s-controller";
@@ -47,11 +48,22 @@ pub(super) fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> 
 /// What every reconcile shares.
 pub struct GrantContext {
     client: Client,
+    /// When each grant's status was last written, to pace allocation-only writes.
+    written: Mutex<HashMap<(String, String), Instant>>,
     settings: PodSettings,
     policies: Store<GrantPolicy>,
     pods: Store<Pod>,
     homes: Store<Home>,
     identity: IdentityStores,
+}
+
+/// Least time between two status writes of one grant that change only its allocation.
+const ALLOCATION_INTERVAL: Duration = Duration::from_secs(1);
+
+impl GrantContext {
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Instant>> {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Runs the grant controller until `shutdown` resolves.
@@ -77,7 +89,7 @@ pub async fn run_grant_controller(
     let home_events = reflector::reflector(home_writer, watcher(Api::<Home>::all(client.clone()), watcher::Config::default()))
         .default_backoff()
         .touched_objects();
-    let context = Arc::new(GrantContext { client: client.clone(), settings, policies, pods, homes, identity });
+    let context = Arc::new(GrantContext { client: client.clone(), written: Mutex::default(), settings, policies, pods, homes, identity });
     Controller::new(Api::<CapacityGrant>::all(client), watcher::Config::default())
         .owns_stream(pod_events)
         // A Home's placement and usage count toward its grant's allocation.
@@ -161,8 +173,10 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
         .into_iter()
         .filter(|h| h.metadata.namespace.as_deref() == Some(namespace.as_str()) && h.spec.grant_name == name)
         .collect();
-    write_status(&context.client, &grant, &current, &homes, refused.as_ref()).await?;
-    Ok(Action::requeue(Duration::from_secs(300)))
+    match write_status(&context, &grant, &current, &homes, refused.as_ref()).await? {
+        Some(due) => Ok(Action::requeue(due)),
+        None => Ok(Action::requeue(Duration::from_secs(300))),
+    }
 }
 
 /// Whether the Pod has failed for good (phase `Failed`: evicted, or its node lost it).
@@ -194,23 +208,35 @@ async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), GrantError> {
     }
 }
 
+/// Writes the grant's status when it changed; a change of allocation alone (Homes
+/// placed, fibers warming) at most once per [`ALLOCATION_INTERVAL`], returning when the
+/// next such write is due instead (a burst of placements is one write, not one each).
 async fn write_status(
-    client: &Client,
+    context: &GrantContext,
     grant: &CapacityGrant,
     pods: &[Pod],
     homes: &[Arc<Home>],
     refused: Option<&ImageRefused>,
-) -> Result<(), GrantError> {
+) -> Result<Option<Duration>, GrantError> {
     let mut status = grant_status(grant, pods, refused);
     allocation(&mut status, homes.iter().map(|h| h.as_ref()));
     if grant.status.as_ref() == Some(&status) {
-        return Ok(());
+        return Ok(None);
     }
+    let namespace = grant.namespace().unwrap_or_default();
     let name = grant.name_any();
-    let grants: Api<CapacityGrant> = Api::namespaced(client.clone(), &grant.namespace().unwrap_or_default());
+    let key = (namespace.clone(), name.clone());
+    if grant.status.as_ref().is_some_and(|stored| same_but_allocation(stored, &status)) {
+        let since = context.written().get(&key).map(Instant::elapsed);
+        if let Some(wait) = since.and_then(|since| ALLOCATION_INTERVAL.checked_sub(since)) {
+            return Ok(Some(wait));
+        }
+    }
+    let grants: Api<CapacityGrant> = Api::namespaced(context.client.clone(), &namespace);
     grants
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({ "status": status })))
         .await
         .map_err(api_error(format!("writing the status of grant {name}")))?;
-    Ok(())
+    context.written().insert(key, Instant::now());
+    Ok(None)
 }

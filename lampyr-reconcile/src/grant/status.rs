@@ -97,6 +97,12 @@ pub fn allocation<'a>(status: &mut CapacityGrantStatus, homes: impl IntoIterator
     status.allocated_memory_bytes = memory;
 }
 
+/// Whether `a` and `b` differ at most in what [`allocation`] writes.
+pub fn same_but_allocation(a: &CapacityGrantStatus, b: &CapacityGrantStatus) -> bool {
+    let without = |s: &CapacityGrantStatus| CapacityGrantStatus { homes: 0, allocated_slots: 0, allocated_memory_bytes: 0, ..s.clone() };
+    without(a) == without(b)
+}
+
 #[cfg(test)]
 mod tests {
     use lampyr_api::CapacityGrantSpec;
@@ -194,5 +200,18 @@ mod tests {
         g.status = Some(first.clone());
         let again = grant_status(&g, &[pod(true)], None);
         assert_eq!(first.conditions, again.conditions);
+    }
+
+    #[test]
+    fn allocation_alone_is_told_apart_from_a_readiness_change() {
+        let g = grant(1);
+        let ready = grant_status(&g, &[pod(true)], None);
+        let mut busier = ready.clone();
+        busier.homes = 7;
+        busier.allocated_slots = 12;
+        busier.allocated_memory_bytes = 1 << 30;
+        assert!(same_but_allocation(&ready, &busier), "only the allocation differs");
+        let not_ready = grant_status(&g, &[pod(false)], None);
+        assert!(!same_but_allocation(&ready, &not_ready), "a readiness change is written at once");
     }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
 use lampyr_api::keys;
 use lampyr_api::policy::FiberPolicy;
 use lampyr_api::{CapacityGrant, CapacityGrantSpec, Home, HomeSpec, Revision};
@@ -67,6 +68,12 @@ pub fn owner_reference(revision: &Revision) -> OwnerReference {
         controller: Some(true),
         block_owner_deletion: Some(true),
     }
+}
+
+/// The Revision controlling `meta`'s object, when one does: whom a child's change wakes.
+pub fn controlling_revision(meta: &ObjectMeta) -> Option<ObjectRef<Revision>> {
+    let owner = meta.owner_references.iter().flatten().find(|r| r.controller == Some(true) && r.kind == Revision::KIND)?;
+    (owner.api_version == Revision::API_VERSION).then(|| ObjectRef::new(&owner.name).within(meta.namespace.as_deref().unwrap_or_default()))
 }
 
 /// Labels every child carries: the Revision's labels (but its routing state,
@@ -290,5 +297,19 @@ mod tests {
         p.scaling.min_scale = 3;
         p.memory_bytes = Some(4 << 20);
         assert_eq!(demand(&p, 1 << 20), Demand { min_scale: 3, fiber_memory: 4 << 20 }, "the container's memory when larger");
+    }
+
+    #[test]
+    fn a_child_wakes_the_revision_controlling_it_and_no_other_owner() {
+        let rev = revision(json!([]));
+        let home = home(&rev, "r.io/a@sha256:00", None, &policy(), "lampyr-fibers", demand(&policy(), 1 << 20));
+        let woken = controlling_revision(&home.metadata).unwrap();
+        assert_eq!((woken.name.as_str(), woken.namespace.as_deref()), (rev.metadata.name.as_deref().unwrap(), rev.metadata.namespace.as_deref()));
+        let mut orphan = home.metadata.clone();
+        orphan.owner_references.as_mut().unwrap()[0].controller = Some(false);
+        assert!(controlling_revision(&orphan).is_none(), "an owner that does not control it is not woken");
+        orphan.owner_references.as_mut().unwrap()[0].controller = Some(true);
+        orphan.owner_references.as_mut().unwrap()[0].kind = "Configuration".into();
+        assert!(controlling_revision(&orphan).is_none(), "nor a controller of another kind");
     }
 }

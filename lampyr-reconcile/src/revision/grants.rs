@@ -2,8 +2,10 @@
 //! CapacityGrants, one placement at a time per namespace, the Revisions
 //! waiting for room, and the reconciles a change of either store triggers.
 //!
-//! A Revision whose Home cannot be placed is remembered as waiting; any Home
-//! or grant event in its namespace (a Home deleted, a grant enlarged) wakes it.
+//! Every Home event wakes the Revision controlling the Home (the reconciler reads
+//! its Home from this store, with no Home watch of its own). A Revision whose
+//! Home cannot be placed is remembered as waiting; any Home or grant event in its
+//! namespace (a Home deleted, a grant enlarged) wakes it.
 //! A grant whose readiness changes wakes every Revision placed on it, so their
 //! `GrantReady` follows; its `allocatedSlots` churn wakes nobody.
 
@@ -11,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::channel::mpsc;
-use futures::{Stream, StreamExt};
+use futures::{SinkExt, Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -19,9 +21,11 @@ use kube::{Client, ResourceExt};
 use lampyr_api::conditions::KnativeStatus;
 use lampyr_api::{CapacityGrant, Home, Revision};
 
+use super::children::controlling_revision;
 use super::placement::Demand;
 
-/// Most wake-ups waiting to be picked up; more are dropped (the resync catches up).
+/// Most wake-ups waiting to be picked up: beyond it, wake-ups of waiting Revisions are
+/// dropped (their recheck catches up) and a Home's own wake-up waits for room.
 const WAKE_CAPACITY: usize = 1024;
 
 /// The stores placement reads and the Revisions waiting for room.
@@ -51,6 +55,11 @@ impl Grants {
     /// The grant `namespace/name` as last observed.
     pub fn grant(&self, namespace: &str, name: &str) -> Option<Arc<CapacityGrant>> {
         self.grants.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Home `namespace/name` as last observed.
+    pub fn home(&self, namespace: &str, name: &str) -> Option<Arc<Home>> {
+        self.homes.get(&ObjectRef::new(name).within(namespace))
     }
 
     /// What the Homes placed on grant `namespace/grant` reserve, but Home `except`'s.
@@ -136,15 +145,22 @@ async fn wake_on_homes(
 ) {
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
-        let homes = match event {
-            Ok(watcher::Event::Apply(h) | watcher::Event::Delete(h)) => vec![h],
+        let (home, listing) = match event {
+            Ok(watcher::Event::Apply(h) | watcher::Event::Delete(h)) => (h, false),
+            Ok(watcher::Event::InitApply(h)) => (h, true),
             Ok(_) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "watching Homes failed; retrying");
                 continue;
             }
         };
-        for home in homes {
+        // Its own Revision always (waiting for room in the channel), those waiting when room may have appeared.
+        if let Some(owner) = controlling_revision(&home.metadata)
+            && wake.send(owner).await.is_err()
+        {
+            return; // the controller stopped
+        }
+        if !listing {
             for revision in grants.waiting_in(&home.namespace().unwrap_or_default()) {
                 let _ = wake.try_send(revision);
             }

@@ -17,6 +17,7 @@ pub mod autoscaler;
 pub mod children;
 pub mod grants;
 pub mod metrics;
+pub mod owned;
 pub mod placement;
 pub mod status;
 
@@ -191,6 +192,8 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     autoscaler: Arc<AutoscalerSettings>,
     grants: Arc<grants::Grants>,
+    /// The Revisions' ExternalName Services, as last observed.
+    services: owned::Owned<Service>,
     /// Whether [`watch_autoscaler_config`] runs for this context.
     watching_autoscaler: AtomicBool,
 }
@@ -213,6 +216,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             autoscaler: Arc::default(),
             grants: Arc::default(),
+            services: owned::Owned::default(),
             watching_autoscaler: AtomicBool::new(false),
         })
     }
@@ -273,25 +277,23 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
     context.autoscaler.synced().await;
     let client = context.client.clone();
     let config = &context.config;
-    let (revisions, homes, services) = match &config.namespace {
-        Some(ns) => (
-            Api::<Revision>::namespaced(client.clone(), ns),
-            Api::<Home>::namespaced(client.clone(), ns),
-            Api::<Service>::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client.clone())),
+    let (revisions, services) = match &config.namespace {
+        Some(ns) => (Api::<Revision>::namespaced(client.clone(), ns), Api::<Service>::namespaced(client.clone(), ns)),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     let ours = watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", children::MANAGED_BY_LABEL));
+    // Homes and grants are watched once, by the placement stores, Services by theirs;
+    // each wakes the Revisions a change concerns, and reconciles read them there.
     let woken = context.grants.watch(&client, config.namespace.as_deref());
-    tracing::info!("waiting for the Home and CapacityGrant watches to list");
+    let services_woken = context.services.watch(services, ours);
+    tracing::info!("waiting for the Home, CapacityGrant and Service watches to list");
     context.grants.wait_until_ready().await;
+    context.services.wait_until_ready().await;
     tracing::info!(namespace = ?config.namespace, router = %config.router_service, "lampyr-controller: reconciling Revisions");
     Controller::new(revisions, watcher::Config::default())
-        .owns(homes, ours.clone())
-        // Grants are watched once, by the placement stores, which wake the Revisions they concern.
-        .owns(services, ours)
         .reconcile_all_on(context.autoscaler.changes())
         .reconcile_on(woken)
+        .reconcile_on(services_woken)
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())
@@ -444,8 +446,14 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
 
     let homes: Api<Home> = Api::namespaced(ctx.client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut home = homes.get_opt(&name).await?;
-    let service = services.get_opt(&name).await?;
+    // As last observed: a Home an earlier write of ours has not reached yet is applied
+    // again, which changes nothing. The Service store holds only Services we manage, so
+    // one it lacks is read (a same-named Service someone else made is not ours to take).
+    let mut home = ctx.grants.home(&ns, &name).map(Arc::unwrap_or_clone);
+    let service = match ctx.services.get(&ns, &name) {
+        Some(service) => Some(Arc::unwrap_or_clone(service)),
+        None => services.get_opt(&name).await?,
+    };
     // A grant named like the Revision and controlled by it: an older version's per-Revision grant.
     let legacy = ctx.grants.grant(&ns, &name).filter(|g| children::ownership(Some(g.as_ref()), &uid) == Ownership::Ours);
 

@@ -314,6 +314,14 @@ impl PodRunner {
         pods.iter().filter(|(_, p)| matches!(p.stage, Stage::Running { .. })).map(|(key, p)| (key.clone(), p.sandbox.port)).collect()
     }
 
+    /// The process id of Pod `namespace/name`'s program while it runs.
+    pub fn pid(&self, pod: &str) -> Option<u32> {
+        match lock(&self.pods).get(pod).map(|p| &p.stage) {
+            Some(Stage::Running { process, .. }) => Some(process.pid()),
+            _ => None,
+        }
+    }
+
     /// How many times the program of Pod `namespace/name` was started again.
     pub fn restarts(&self, pod: &str) -> Option<u32> {
         lock(&self.pods).get(pod).map(|p| p.restarts)
