@@ -98,7 +98,8 @@ pub struct FiberdConfig {
     /// unbounded when `None` (only each Home's `max-scale` bounds its fibers).
     pub capacity: Option<(u32, u64)>,
     /// Which of its grant's instances this is: each applies its share of a Home's
-    /// `min-scale`, `max-scale` and `initial-scale`; the whole policy when `None`.
+    /// `min-scale`, `max-scale` and `initial-scale`; the whole policy when `None`. A
+    /// `count` of 0 is learnt from the grant (see [`crate::run`]) before any Home loads.
     pub instance: Option<InstanceShare>,
     /// Least time between two status writes for one Home (warm fiber updates).
     pub status_interval: Duration,
@@ -112,6 +113,9 @@ pub struct FiberdConfig {
     pub retry_max: Duration,
     /// How long status entries may take to be removed at shutdown.
     pub shutdown_timeout: Duration,
+    /// How long fiberd keeps accepting requests at shutdown after its status entries are
+    /// removed: routers that have not yet seen the removal still reach it meanwhile.
+    pub deregistration_delay: Duration,
     /// How long requests in flight may finish at shutdown.
     pub drain_timeout: Duration,
 }
@@ -121,7 +125,7 @@ impl FiberdConfig {
     /// for the rest: all namespaces, the listener's address, HTTPS registries, the
     /// fleet key from [`SecretKeyRef::fleet_key`], `ly run`'s scaler, no capacity bound, status at most
     /// once a second per Home, 2 loads at once of at most 5 minutes each, retries
-    /// after 2 s doubling to 5 minutes, 10 s to clear status, 30 s to drain.
+    /// after 2 s doubling to 5 minutes, 10 s to clear status, 2 s more accepting, 30 s to drain.
     pub fn new(name: impl Into<String>, grants: Vec<String>, cache_dir: impl Into<PathBuf>) -> Self {
         FiberdConfig {
             name: name.into(),
@@ -141,6 +145,7 @@ impl FiberdConfig {
             retry_min: Duration::from_secs(2),
             retry_max: Duration::from_secs(300),
             shutdown_timeout: Duration::from_secs(10),
+            deregistration_delay: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(30),
         }
     }

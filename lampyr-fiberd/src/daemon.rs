@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use crate::config::FiberdConfig;
 use crate::error::LoadError;
 use crate::load::{Loader, key_of, needs_new_pool};
+use crate::share::InstanceShare;
 use crate::status::StatusWriter;
 
 /// Longest `message` written to a status entry, in bytes.
@@ -45,6 +46,9 @@ pub(crate) struct Shared {
     pub(crate) status: StatusWriter,
     pub(crate) table: Table,
     pub(crate) loads: Arc<Semaphore>,
+    /// This instance's share of its grant, changed by [`crate::grant::follow`]; each change
+    /// has every supervisor apply its Home's policy again.
+    pub(crate) share: Arc<watch::Sender<Option<InstanceShare>>>,
 }
 
 /// A loaded Home as the router serves it.
@@ -245,6 +249,8 @@ struct Supervisor {
     shared: Arc<Shared>,
     key: HomeKey,
     rx: watch::Receiver<Command>,
+    /// This instance's share of its grant: a change is applied like a new policy.
+    share: watch::Receiver<Option<InstanceShare>>,
     /// The spec the last finished load (or policy update) was for.
     attempted: Option<(Option<String>, i64)>,
     /// What is served: the Home as last loaded or updated, and its pool.
@@ -268,10 +274,12 @@ struct Loaded {
 impl Supervisor {
     fn new(shared: Arc<Shared>, key: HomeKey, rx: watch::Receiver<Command>) -> Self {
         let backoff = shared.config.retry_min;
+        let share = shared.share.subscribe();
         Supervisor {
             shared,
             key,
             rx,
+            share,
             attempted: None,
             loaded: None,
             desired: None,
@@ -306,6 +314,8 @@ impl Supervisor {
                     return self.release(false).await;
                 },
                 _ = tick.tick() => self.refresh().await,
+                // The grant's instance count changed: apply this instance's new share.
+                Ok(()) = self.share.changed() => self.attempted = None,
                 () = sleep_until(retry_at) => {
                     self.retry_at = None;
                     self.attempted = None;

@@ -25,6 +25,7 @@
 mod config;
 mod daemon;
 mod error;
+mod grant;
 mod load;
 pub mod preflight;
 mod share;
@@ -51,12 +52,14 @@ pub use share::{InstanceShare, NoShare};
 /// Runs fiberd with `config`, reaching the API server with `client` and serving
 /// forwarded requests (and `/healthz`, `/metrics`) on `listener`, until
 /// `shutdown` resolves. Then it removes its status entries (within
-/// [`FiberdConfig::shutdown_timeout`]), stops accepting, and lets requests in
+/// [`FiberdConfig::shutdown_timeout`]), keeps accepting for
+/// [`FiberdConfig::deregistration_delay`], stops accepting, and lets requests in
 /// flight finish (within [`FiberdConfig::drain_timeout`]).
 ///
 /// The client's identity needs `list` and `watch` on `homes`, `patch` on
-/// `homes/status`, and `get` on the fleet key's Secret (unless the key is
-/// read from a file).
+/// `homes/status`, `get` on the fleet key's Secret (unless the key is read
+/// from a file), and `list` and `watch` on `capacitygrants` for an instance
+/// that follows its grant (see [`followed_grant`]).
 pub async fn run(
     config: FiberdConfig,
     client: Client,
@@ -79,6 +82,10 @@ pub async fn run(
     let metrics = RuntimeMetrics::default();
     metrics.register(&mut metrics_registry);
     let router = Router::new(RouterConfig { drain_timeout: config.drain_timeout, ..RouterConfig::default() }, metrics_registry);
+    let share = Arc::new(watch::Sender::new(config.instance.filter(|i| i.count > 0)));
+    if let Some(grant) = followed_grant(&config) {
+        follow_grant(&client, &config, grant, &share).await;
+    }
     let loader = load::Loader {
         client: client.clone(),
         registry,
@@ -88,7 +95,7 @@ pub async fn run(
         metrics,
         scaler: config.scaler.clone(),
         capacity: config.capacity.map(|(slots, memory)| lampyr_fiber::runtime::Capacity::new(slots, memory)),
-        share: config.instance,
+        share: share.subscribe(),
     };
     let homes: Api<Home> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -101,6 +108,7 @@ pub async fn run(
     let shared = Arc::new(daemon::Shared {
         status: status::StatusWriter::new(client, config.field_manager()),
         loads: Arc::new(Semaphore::new(config.max_concurrent_loads)),
+        share,
         table: daemon::Table::new(Arc::clone(&router)),
         loader: Arc::new(loader),
         address,
@@ -113,6 +121,7 @@ pub async fn run(
         let _ = serving.wait_for(|stop| *stop).await;
     }));
     let (stop_watching, watching) = oneshot::channel();
+    let deregistration = shared.config.deregistration_delay;
     let watch = tokio::spawn(daemon::watch_homes(shared, homes, watching));
 
     shutdown.await;
@@ -121,6 +130,8 @@ pub async fn run(
     if let Err(e) = watch.await {
         tracing::error!(error = %e, "the Home watch ended abnormally");
     }
+    tracing::info!(delay = ?deregistration, "status entries removed; accepting requests a little longer, for routers that have not seen it yet");
+    tokio::time::sleep(deregistration).await;
     stop_serving.send_replace(true);
     if let Err(e) = server.await {
         tracing::error!(error = %e, "the server ended abnormally");
@@ -145,8 +156,13 @@ fn check(config: &FiberdConfig) -> Result<(), FiberdError> {
     if config.capacity.is_some_and(|(slots, memory)| slots == 0 || memory == 0) {
         return Err(FiberdError::Config("the instance's fiber slots and memory must be at least 1 (--fiber-slots, --fiber-memory)".into()));
     }
-    if config.instance.is_some_and(|i| i.count == 0 || i.index >= i.count) {
+    if config.instance.is_some_and(|i| i.count > 0 && i.index >= i.count) {
         return Err(FiberdError::Config("--instance-index must be below --instances".into()));
+    }
+    if config.instance.is_some_and(|i| i.count == 0) && followed_grant(config).is_none() {
+        return Err(FiberdError::Config(
+            "--instances is needed unless fiberd serves one grant (--grant) of one namespace (--namespace), whose count it follows".into(),
+        ));
     }
     if config.max_concurrent_loads == 0 {
         return Err(FiberdError::Config("at least one load must be allowed at once".into()));
@@ -155,6 +171,41 @@ fn check(config: &FiberdConfig) -> Result<(), FiberdError> {
         return Err(FiberdError::Config("the status interval must be positive".into()));
     }
     Ok(())
+}
+
+/// The grant an instance follows: with `--instance-index`, one grant and one namespace
+/// (a grant Pod), the grant's `spec.instances` sets the instance count, live;
+/// `--instances` holds until the grant is read, and where no such grant exists.
+fn followed_grant(config: &FiberdConfig) -> Option<&str> {
+    match (&config.instance, config.grants.as_slice(), &config.namespace) {
+        (Some(_), [grant], Some(_)) => Some(grant),
+        _ => None,
+    }
+}
+
+/// Starts following `grant` and waits until it was read, so no Home loads with a share the
+/// grant no longer gives: at most [`grant::FIRST_LISTING`] when `--instances` gave a count
+/// meanwhile, else for as long as it takes (the instance serves nothing until then).
+async fn follow_grant(
+    client: &Client,
+    config: &FiberdConfig,
+    grant: &str,
+    share: &Arc<watch::Sender<Option<InstanceShare>>>,
+) {
+    let (Some(instance), Some(namespace)) = (config.instance, &config.namespace) else { return };
+    let api = Api::namespaced(client.clone(), namespace);
+    let (listed, first) = oneshot::channel();
+    let (follower, name) = (Arc::clone(share), grant.to_string());
+    tokio::spawn(async move { grant::follow(api, name, instance.index, &follower, listed).await });
+    if tokio::time::timeout(grant::FIRST_LISTING, first).await.is_ok() {
+        return;
+    }
+    if instance.count > 0 {
+        tracing::warn!(grant, timeout = ?grant::FIRST_LISTING, "the grant was not read in time; loading Homes with --instances meanwhile");
+    } else {
+        tracing::warn!(grant, "the grant has not been read; no Home loads until it is (may this Pod list and watch capacitygrants?)");
+        let _ = share.subscribe().wait_for(Option::is_some).await;
+    }
 }
 
 #[cfg(test)]

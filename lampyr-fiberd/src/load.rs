@@ -17,6 +17,8 @@ use lampyr_fiber::seal::{FleetKey, open_artifact};
 use lampyr_fiber::{ArtifactRef, VerifiedArtifact};
 use lampyr_router::{LocalBackend, ScalerConfig};
 
+use tokio::sync::watch;
+
 use crate::config::{FleetKeySource, SecretKeyRef};
 use crate::error::{FleetKeyError, LoadError};
 use crate::share::{InstanceShare, NoShare};
@@ -32,8 +34,8 @@ pub(crate) struct Loader {
     pub(crate) scaler: ScalerConfig,
     /// The instance's fiber slots and memory, shared by every Home's pool; unbounded when `None`.
     pub(crate) capacity: Option<Arc<Capacity>>,
-    /// Which of its grant's instances this is, when the grant has several.
-    pub(crate) share: Option<InstanceShare>,
+    /// Which of its grant's instances this is, when the grant has several (it follows the grant).
+    pub(crate) share: watch::Receiver<Option<InstanceShare>>,
 }
 
 impl Loader {
@@ -72,7 +74,7 @@ impl Loader {
     /// The scaling bounds this instance applies to a Home with `scaling`: its share when
     /// its grant has several instances.
     pub(crate) fn scaling(&self, scaling: &lampyr_fiber::policy::ScalingPolicy, home: &str) -> Result<lampyr_fiber::policy::ScalingPolicy, NoShare> {
-        match &self.share {
+        match *self.share.borrow() {
             Some(share) => share.scaling(scaling, home),
             None => Ok(scaling.clone()),
         }

@@ -2,15 +2,18 @@
 //! with kubectl are reconciled by upstream Knative and Lampyr's controllers,
 //! served by fiberd (standing in for grant Pods) through fiber-router's own
 //! KIngress class. Real API server, real registry, real fibers under /dev/kvm.
+//! A grant shrinking by an instance drains it without a failed request.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use lampyr_api::conditions::{CONDITION_READY, ConditionStatus, KnativeStatus, revision};
-use lampyr_api::{Revision, Service};
+use lampyr_api::{CapacityGrant, Home, Revision, Service, keys};
 use lampyr_testenv::{LampyrStack, Serving, knative_service, require_kvm};
 use serde_json::json;
 
@@ -230,3 +233,87 @@ async fn a_killed_fiberd_fails_in_flight_requests_fast_and_serving_recovers() {
     }
 }
 
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_shrinks_without_restarting_the_instance_that_stays_or_failing_a_request() {
+    let stack = stack();
+    let ns = stack.cluster.namespace("e2e-drain").await;
+    let artifact = stack.push_example("hello").await;
+    let client = stack.cluster.client().await;
+    let (services, homes) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<Home>::namespaced(client.clone(), &ns));
+    let (grants, pods) = (Api::<CapacityGrant>::namespaced(client.clone(), &ns), Api::<Pod>::namespaced(client, &ns));
+
+    // An operator's grant of two instances, 4 slots and 1 GiB each; a Revision keeping 2 fibers warm on it.
+    let grant = |instances: i64| {
+        json!({
+            "apiVersion": "fiber.lampyr.dev/v1alpha1", "kind": "CapacityGrant",
+            "metadata": { "name": "pair", "namespace": ns },
+            "spec": { "fiberSlots": 4 * instances, "memoryBytes": instances << 30, "instances": instances,
+                      "grantImage": lampyr_testenv::stack::GRANT_IMAGE, "helperImage": lampyr_testenv::stack::HELPER_IMAGE },
+        })
+    };
+    let apply = PatchParams::apply("e2e-operator");
+    grants.patch("pair", &apply, &Patch::Apply(grant(2))).await.expect("the operator's grant");
+    let mut service = knative_service(&ns, "pair", &artifact, "pair", None);
+    service["spec"]["template"]["metadata"]["annotations"][keys::CAPACITY_GRANT_ANNOTATION] = json!("pair");
+    service["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = json!("2");
+    stack.kubectl_apply(&service);
+    let host = stack.ready_host(&services, "pair").await;
+    let logs = || ["pair-0", "pair-1"].map(|pod| format!("--- {pod}:\n{}", stack.cluster.log_tail(&format!("fiberd-{ns}_{pod}"), 25))).join("\n");
+    let warm_on = async |instances: &[&str]| {
+        let warm = stack.poll("the Home's instances", POLL, async || {
+            let home = homes.get("pair-00001").await.ok()?;
+            let entries = home.status?.instances;
+            let mut names: Vec<&str> = entries.iter().filter(|e| e.loaded && e.warm_fibers > 0).map(|e| e.name.as_str()).collect();
+            names.sort_unstable();
+            (names == instances && entries.len() == instances.len()).then_some(())
+        });
+        let reached = tokio::time::timeout(Duration::from_secs(90), warm).await;
+        assert!(reached.is_ok(), "pair-00001 not warm on exactly {instances:?} within 90 s; the grant Pods' logs:\n{}", logs());
+    };
+    warm_on(&["pair-0", "pair-1"]).await;
+    let staying = pods.get("pair-0").await.expect("instance 0").metadata.uid;
+
+    // Requests keep flowing through fiber-router while the grant goes down to one instance.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, host) = (Arc::clone(&stop), host.clone());
+            tokio::spawn(async move {
+                let mut answers = BTreeMap::<String, u32>::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let answer = match stack.get(&host, "/").await {
+                        Ok((200, body)) if body == "Hello pair!\n" => "200".to_string(),
+                        Ok((status, body)) => format!("{status} {body}"),
+                        Err(e) => format!("error: {e}"),
+                    };
+                    *answers.entry(answer).or_default() += 1;
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    grants.patch("pair", &apply, &Patch::Apply(grant(1))).await.expect("shrinking the grant");
+    stack.poll("instance 1's Pod gone", POLL, async || pods.get_opt("pair-1").await.ok()?.is_none().then_some(())).await;
+    warm_on(&["pair-0"]).await;
+    let whole = stack.poll("instance 0 holding the whole min-scale", POLL, async || {
+        let entries = homes.get("pair-00001").await.ok()?.status?.instances;
+        entries.iter().any(|e| e.name == "pair-0" && e.warm_fibers == 2 && e.reserved_slots == 2).then_some(())
+    });
+    let held = tokio::time::timeout(Duration::from_secs(60), whole).await;
+    assert!(held.is_ok(), "instance 0 never took the whole min-scale; the grant Pods' logs:\n{}", logs());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut answers = BTreeMap::<String, u32>::new();
+    for client in clients {
+        for (answer, count) in client.await.expect("a client task") {
+            *answers.entry(answer).or_default() += count;
+        }
+    }
+    eprintln!("answers while draining: {answers:?}");
+    assert_eq!(answers.keys().collect::<Vec<_>>(), ["200"], "every request answered while instance 1 drained: {answers:?}");
+    assert!(answers["200"] >= 20, "requests flowed throughout: {answers:?}");
+    assert_eq!(pods.get("pair-0").await.expect("instance 0").metadata.uid, staying, "the instance that stays was not restarted");
+}

@@ -59,11 +59,13 @@ struct Args {
     /// Guest memory in bytes this instance holds for its grant's fibers (its share of memoryBytes).
     #[arg(long, requires = "fiber_slots")]
     fiber_memory: Option<u64>,
-    /// This instance's index among its grant's instances (with --instances): it applies its
-    /// share of each Home's min-scale, max-scale and initial-scale.
-    #[arg(long, requires = "instances")]
+    /// This instance's index among its grant's instances: it applies its share of each
+    /// Home's min-scale, max-scale and initial-scale. Serving one --grant in one --namespace
+    /// (a grant Pod), it follows the grant's spec.instances as it changes.
+    #[arg(long)]
     instance_index: Option<u32>,
-    /// The grant's instances (with --instance-index).
+    /// The grant's instances (with --instance-index) until the grant is read; needed when
+    /// fiberd does not follow one grant. Without it, no Home loads before the grant is read.
     #[arg(long, requires = "instance_index")]
     instances: Option<u32>,
     /// Seconds between scaler decisions.
@@ -82,6 +84,10 @@ struct Args {
     /// Seconds requests in flight may finish after SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     drain_seconds: f64,
+    /// Seconds fiberd keeps accepting requests after SIGTERM once its status entries are
+    /// removed, for routers that have not seen the removal yet.
+    #[arg(long, default_value_t = 2.0)]
+    deregistration_seconds: f64,
 }
 
 fn main() -> ExitCode {
@@ -126,10 +132,12 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
         ..ScalerConfig::default()
     };
     config.capacity = args.fiber_slots.zip(args.fiber_memory);
-    config.instance = args.instance_index.zip(args.instances).map(|(index, count)| InstanceShare { index, count });
+    // A count of 0: not known until the grant is read.
+    config.instance = args.instance_index.map(|index| InstanceShare { index, count: args.instances.unwrap_or(0) });
     config.status_interval = seconds(args.status_interval, "--status-interval", false)?;
     config.max_concurrent_loads = args.max_concurrent_loads;
     config.drain_timeout = seconds(args.drain_seconds, "--drain-seconds", true)?;
+    config.deregistration_delay = seconds(args.deregistration_seconds, "--deregistration-seconds", true)?;
     Ok(config)
 }
 

@@ -91,6 +91,8 @@ impl Env {
         config.retry_min = Duration::from_millis(500);
         config.retry_max = Duration::from_secs(2);
         config.drain_timeout = Duration::from_secs(5);
+        // No router watches these instances: nothing to wait for once entries are removed.
+        config.deregistration_delay = Duration::ZERO;
         config
     }
 }

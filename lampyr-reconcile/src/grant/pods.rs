@@ -89,8 +89,9 @@ fn fiberd_args(grant: &CapacityGrant, index: i32, port: u16, settings: &PodSetti
         format!("--cache-dir={CACHE_MOUNT}"),
         format!("--fiber-slots={slots}"),
         format!("--fiber-memory={memory}"),
+        // The instance count is not an argument: fiberd follows the grant's, so adding or
+        // removing instances leaves the others' Pods as they are.
         format!("--instance-index={index}"),
-        format!("--instances={}", grant.spec.instances.max(1)),
     ];
     args.extend(settings.template_repositories.iter().map(|r| format!("--template-repository={r}")));
     args
@@ -109,13 +110,12 @@ fn helper_args(settings: &PodSettings) -> Vec<String> {
     args
 }
 
-/// The artifact cache's `sizeLimit` for a grant reserving `memory_bytes` for fibers.
+/// The artifact cache's `sizeLimit` for a grant instance holding `memory_bytes` for fibers.
 ///
-/// Every Revision placed on the grant reserves at least one fiber's memory, which is at
-/// least its snapshot's, and every instance loads every Revision: so the grant's memory
-/// bounds the snapshots an instance caches. The cache holds each one twice (the sealed
-/// template as pulled and the artifact opened from it), and at least
-/// [`MIN_CACHE_BYTES`] for guest ELFs and small grants.
+/// Twice the instance's fiber memory (the cache holds each snapshot twice: the sealed
+/// template as pulled and the artifact opened from it), at least [`MIN_CACHE_BYTES`] for
+/// guest ELFs and small grants. Per instance, not per grant, so adding or removing
+/// instances leaves the others' Pods as they are.
 pub fn cache_size_limit(memory_bytes: i64) -> i64 {
     memory_bytes.saturating_mul(2).max(MIN_CACHE_BYTES)
 }
@@ -138,7 +138,7 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
     fiberd_limits["memory"] = json!(per_instance_memory.to_string());
     let mut volumes = kvm.volumes.clone();
     volumes.push(json!({ "name": "fleet-key", "secret": { "secretName": settings.fleet_key_secret, "optional": true } }));
-    volumes.push(json!({ "name": "cache", "emptyDir": { "sizeLimit": cache_size_limit(grant.spec.memory_bytes).to_string() } }));
+    volumes.push(json!({ "name": "cache", "emptyDir": { "sizeLimit": cache_size_limit(per_instance_memory).to_string() } }));
     let mut mounts = kvm.mounts.clone();
     mounts.push(json!({ "name": "fleet-key", "mountPath": FLEET_KEY_MOUNT, "readOnly": true }));
     mounts.push(json!({ "name": "cache", "mountPath": CACHE_MOUNT }));
@@ -283,7 +283,7 @@ mod tests {
         let share: Vec<&str> = args.iter().filter(|a| a.starts_with("--fiber-") || a.starts_with("--instance")).map(String::as_str).collect();
         assert_eq!(
             share,
-            ["--fiber-slots=8", "--fiber-memory=536870912", "--instance-index=1", "--instances=2"],
+            ["--fiber-slots=8", "--fiber-memory=536870912", "--instance-index=1"],
             "each instance holds its share of 16 slots and 1 GiB, and knows which it is"
         );
         assert!(!args.iter().any(|a| a.starts_with("--template-repository=")), "no policy lists any: unrestricted");
@@ -332,18 +332,37 @@ mod tests {
     }
 
     #[test]
-    fn fiberd_caches_artifacts_in_an_empty_dir_sized_from_the_grant() {
-        let pod = &desired_pods(&grant(2, None), &PodSettings::default())[0];
+    fn fiberd_caches_artifacts_in_an_empty_dir_sized_from_the_instance() {
+        let mut big = grant(2, None);
+        big.spec.memory_bytes = 4 << 30;
+        let pod = &desired_pods(&big, &PodSettings::default())[0];
         let spec = pod.spec.as_ref().expect("spec");
         let args = spec.containers[0].args.clone().unwrap_or_default();
         assert!(args.contains(&"--cache-dir=/var/cache/lampyr".to_string()), "{args:?}");
         let cache = spec.volumes.as_ref().expect("volumes").iter().find(|v| v.name == "cache").expect("cache volume");
         let limit = cache.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()).expect("sizeLimit");
-        assert_eq!(limit.0, (2i64 << 30).to_string(), "twice the grant's 1 GiB, whatever the instances");
+        assert_eq!(limit.0, (4i64 << 30).to_string(), "twice the instance's 2 GiB");
 
         assert_eq!(cache_size_limit(10 << 20), MIN_CACHE_BYTES, "a small grant gets the floor");
         assert_eq!(cache_size_limit(3 << 30), 6 << 30);
         assert_eq!(cache_size_limit(i64::MAX), i64::MAX, "no overflow");
+    }
+
+    #[test]
+    fn adding_an_instance_leaves_the_others_pods_as_they_are() {
+        let two = grant(2, None);
+        let mut three = two.clone();
+        three.spec.instances = 3;
+        three.spec.fiber_slots = two.spec.fiber_slots / 2 * 3;
+        three.spec.memory_bytes = two.spec.memory_bytes / 2 * 3;
+        let (before, after) = (desired_pods(&two, &PodSettings::default()), desired_pods(&three, &PodSettings::default()));
+        assert_eq!(after.len(), 3);
+        for (old, new) in before.iter().zip(&after) {
+            assert_eq!(pod_spec_hash(old), pod_spec_hash(new), "{}: same size per instance, same Pod", old.metadata.name.as_deref().unwrap_or_default());
+        }
+        three.spec.memory_bytes = two.spec.memory_bytes;
+        let smaller = desired_pods(&three, &PodSettings::default());
+        assert_ne!(pod_spec_hash(&before[0]), pod_spec_hash(&smaller[0]), "a new size per instance is a new Pod");
     }
 
     #[test]

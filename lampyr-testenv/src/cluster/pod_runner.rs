@@ -23,7 +23,9 @@
 //!   probe fails [`FAILURE_THRESHOLD`] times in a row is not Ready again;
 //! - when the program exits, reports the Pod not Ready at once and starts the
 //!   program again on the same port after [`RESTART_DELAY`]; a deleted Pod's
-//!   processes are killed.
+//!   program is stopped as a kubelet stops it: SIGTERM, then SIGKILL after the
+//!   Pod's `terminationGracePeriodSeconds` (30 s unless it says), on a thread of
+//!   its own, so it may drain while the others keep being synced.
 //!
 //! Status (phase, conditions, init and container statuses) is written as a
 //! kubelet writes it, only when it changes.
@@ -357,6 +359,17 @@ impl Drop for PodRunner {
     }
 }
 
+impl PodState {
+    /// Stops the program of a deleted Pod gracefully, on a thread of its own.
+    fn terminate(self) {
+        let grace = self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        let grace = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+        if let Stage::Running { mut process, .. } = self.stage {
+            std::thread::spawn(move || process.terminate(grace));
+        }
+    }
+}
+
 impl Runner {
     /// Brings the processes and statuses of program `index`'s Pods in line with what happened.
     async fn sync_once(&self, index: usize) -> Result<(), String> {
@@ -374,7 +387,12 @@ impl Runner {
             .collect();
         let new: Vec<(String, Pod)> = {
             let mut pods = lock(&self.pods);
-            pods.retain(|key, p| p.program != index || live.contains_key(key));
+            let gone: Vec<String> = pods.iter().filter(|(key, p)| p.program == index && !live.contains_key(*key)).map(|(k, _)| k.clone()).collect();
+            for key in gone {
+                if let Some(state) = pods.remove(&key) {
+                    state.terminate();
+                }
+            }
             live.iter().filter(|(key, _)| !pods.contains_key(*key)).map(|(k, p)| (k.clone(), (*p).clone())).collect()
         };
         for (key, pod) in new {

@@ -74,6 +74,26 @@ impl Process {
         &self.log
     }
 
+    /// Stops the process as a kubelet stops a container: SIGTERM, then SIGKILL when it
+    /// has not exited within `grace`; reaps it.
+    pub fn terminate(&mut self, grace: Duration) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = libc::pid_t::try_from(self.child.id()).unwrap_or(0);
+            // SAFETY: kill(2) on our own unreaped child's pid (it cannot have been reused:
+            // the child is reaped only by this value), with no memory passed.
+            #[allow(unsafe_code)]
+            let sent = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+            let deadline = Instant::now() + grace;
+            while sent && Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.kill();
+    }
+
     /// Kills the process (the state is throwaway: no graceful shutdown) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
