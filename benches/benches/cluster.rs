@@ -283,7 +283,10 @@ impl ApiActivity {
             *activity.requests.entry(verb_resource(labels)).or_default() += count;
         }
         for (labels, seconds) in lampyr_testenv::stack::metric_samples(&text, "apiserver_request_duration_seconds_sum") {
-            *activity.request_seconds.entry(verb_resource(labels)).or_default() += seconds;
+            // A watch's duration is how long it stayed open, not work done.
+            if !labels.contains(r#"verb="WATCH""#) {
+                *activity.request_seconds.entry(verb_resource(labels)).or_default() += seconds;
+            }
         }
         activity
     }

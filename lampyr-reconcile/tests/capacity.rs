@@ -3,8 +3,9 @@
 //! Knative) with simulated grant controller and fiberd status: a Revision the
 //! grant has no room for is `Unschedulable` with a message naming the grant and
 //! what is short, and is placed as soon as room appears; a Revision may name an
-//! operator's grant; Revisions of the previous version move off their
-//! per-Revision grants.
+//! operator's grant; the shared grant grows and shrinks with its load within
+//! its bounds; Revisions of the previous version move off their per-Revision
+//! grants.
 
 mod support;
 
@@ -120,6 +121,44 @@ async fn a_revision_waits_for_room_on_a_full_grant_and_is_placed_when_room_appea
     ready(&revisions, "more-00001").await;
     let grant = grants.get(keys::SHARED_GRANT_NAME).await.expect("grant");
     assert_eq!(grant.spec.fiber_slots, 4, "the shared grant was not resized by the Revisions");
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shared_grant_grows_with_its_load_within_its_bounds_and_shrinks_when_it_falls() {
+    let Setup { client, ns, revisions, homes, grants, registry_host, artifact, _registry } = setup("cap-grow").await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let mut config = config(&ns, &[registry_host]);
+    config.grant.slots_per_instance = 4;
+    config.grant.max_instances = 2;
+    let controller = Controller::start(client.clone(), config).await;
+    let with_min = |name: &str, min: &str| annotated(knative_service(name, &ns, Some(&artifact), json!({})), &[("autoscaling.knative.dev/min-scale", min)]);
+    let sized = async |instances: i32, why: &str| {
+        wait_for(&grants, keys::SHARED_GRANT_NAME, why, |g| g.spec.instances == instances && g.spec.fiber_slots == 4 * instances).await
+    };
+
+    // 3 of one instance's 4 slots: 75%, one instance.
+    create_service(&client, &ns, &with_min("big", "3")).await;
+    wait_for(&homes, "big-00001", "big placed", |h| h.spec.grant_name == keys::SHARED_GRANT_NAME).await;
+    serve(&client, &ns, keys::SHARED_GRANT_NAME, "big-00001").await;
+    sized(1, "one instance for 3 slots").await;
+
+    // 2 more: 5 slots are 125% of one instance, 62% of two: the grant grows, and the Revision is placed.
+    create_service(&client, &ns, &with_min("more", "2")).await;
+    sized(2, "grown to two instances for 5 slots").await;
+    wait_for(&homes, "more-00001", "more placed", |h| h.spec.grant_name == keys::SHARED_GRANT_NAME).await;
+
+    // 4 more would need a third instance, beyond the bound of 2: Unschedulable until room appears.
+    create_service(&client, &ns, &with_min("third", "4")).await;
+    let message = unschedulable(&revisions, "third-00001").await;
+    assert!(message.contains(keys::SHARED_GRANT_NAME) && message.contains("needs 4 fiber slots"), "{message}");
+    services.delete("big", &DeleteParams::foreground()).await.expect("delete big");
+    wait_for(&homes, "third-00001", "third placed in the room big left", |h| h.spec.grant_name == keys::SHARED_GRANT_NAME).await;
+    sized(2, "still two instances for 6 slots").await;
+
+    // The load falls to 2 slots, 50% of one instance: the grant shrinks back.
+    services.delete("third", &DeleteParams::foreground()).await.expect("delete third");
+    sized(1, "shrunk to one instance for 2 slots").await;
     controller.stop().await;
 }
 

@@ -34,9 +34,13 @@ struct Args {
     /// Helper image of grant Pods, pinned by digest.
     #[arg(long)]
     helper_image: String,
-    /// Grant Pods of each namespace's shared CapacityGrant.
+    /// Grant Pods of each namespace's shared CapacityGrant, at least.
     #[arg(long, default_value_t = 1)]
     grant_instances: i32,
+    /// Grant Pods a shared grant may grow to while its Revisions fill more than 80% of it
+    /// (default: --grant-instances, i.e. a fixed size).
+    #[arg(long)]
+    grant_max_instances: Option<i32>,
     /// Fiber slots each grant Pod of a shared grant holds, shared by the Revisions placed on it.
     #[arg(long, default_value_t = 100)]
     grant_fiber_slots: u32,
@@ -84,6 +88,7 @@ async fn run(args: Args) -> Result<(), String> {
     let client = args.common.client().await.map_err(|e| e.to_string())?;
     let mut config = ControllerConfig::new(&args.router_service, &args.grant_image, &args.helper_image);
     config.grant.instances = args.grant_instances;
+    config.grant.max_instances = args.grant_max_instances.unwrap_or(args.grant_instances);
     config.grant.slots_per_instance = args.grant_fiber_slots;
     config.grant.memory_per_instance = args.grant_memory;
     config.plain_http_registries = args.plain_http_registries.clone();

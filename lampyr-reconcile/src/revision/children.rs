@@ -128,8 +128,10 @@ pub struct GrantSizing {
     pub slots_per_instance: u32,
     /// Guest memory each grant Pod holds, in bytes.
     pub memory_per_instance: u64,
-    /// Grant Pods of the shared grant.
+    /// Grant Pods of the shared grant, at least (it starts with these).
     pub instances: i32,
+    /// Grant Pods the shared grant may grow to as its load rises ([`super::placement::shared_instances`]).
+    pub max_instances: i32,
     /// The fiberd image, pinned by digest.
     pub grant_image: String,
     /// The helper image, pinned by digest.
@@ -143,9 +145,9 @@ pub fn demand(policy: &FiberPolicy, artifact_memory: u64) -> Demand {
 }
 
 /// The namespace's shared CapacityGrant, [`keys::SHARED_GRANT_NAME`]: labelled as
-/// this controller's, owned by no Revision, sized by `sizing`.
-pub fn shared_grant(namespace: &str, sizing: &GrantSizing) -> CapacityGrant {
-    let instances = sizing.instances.max(1);
+/// this controller's, owned by no Revision, `instances` grant Pods each sized by `sizing`.
+pub fn shared_grant(namespace: &str, sizing: &GrantSizing, instances: i32) -> CapacityGrant {
+    let instances = instances.max(1);
     let total = |per: u64| i64::try_from(per).unwrap_or(i64::MAX).saturating_mul(i64::from(instances));
     let mut grant = CapacityGrant::new(
         keys::SHARED_GRANT_NAME,
@@ -285,8 +287,15 @@ mod tests {
 
     #[test]
     fn the_shared_grant_is_sized_per_instance_and_owned_by_no_revision() {
-        let sizing = GrantSizing { slots_per_instance: 100, memory_per_instance: 2 << 30, instances: 2, grant_image: "g".into(), helper_image: "h".into() };
-        let grant = shared_grant("apps", &sizing);
+        let sizing = GrantSizing {
+            slots_per_instance: 100,
+            memory_per_instance: 2 << 30,
+            instances: 1,
+            max_instances: 3,
+            grant_image: "g".into(),
+            helper_image: "h".into(),
+        };
+        let grant = shared_grant("apps", &sizing, 2);
         assert_eq!(grant.metadata.name.as_deref(), Some(keys::SHARED_GRANT_NAME));
         assert_eq!(grant.metadata.namespace.as_deref(), Some("apps"));
         assert_eq!((grant.spec.fiber_slots, grant.spec.memory_bytes, grant.spec.instances), (200, 4 << 30, 2));

@@ -7,7 +7,8 @@
 //! Home cannot be placed is remembered as waiting; any Home or grant event in its
 //! namespace (a Home deleted, a grant enlarged) wakes it.
 //! A grant whose readiness changes wakes every Revision placed on it, so their
-//! `GrantReady` follows; its `allocatedSlots` churn wakes nobody.
+//! `GrantReady` follows; its `allocatedSlots` churn wakes nobody, but a namespace's
+//! shared grant is sized again on each (see `ensure_shared_grant`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,7 +20,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use lampyr_api::conditions::KnativeStatus;
-use lampyr_api::{CapacityGrant, Home, Revision};
+use lampyr_api::{CapacityGrant, Home, Revision, keys};
 
 use super::children::controlling_revision;
 use super::placement::Demand;
@@ -119,9 +120,15 @@ impl Grants {
     }
 
     /// Starts watching Homes and grants (of `namespace`, or all) into the stores; returns
-    /// the Revisions to reconcile as they change. Only the first call watches.
-    pub fn watch(self: &Arc<Self>, client: &Client, namespace: Option<&str>) -> impl Stream<Item = ObjectRef<Revision>> + Send + use<> {
+    /// the Revisions to reconcile as they change, and the namespaces whose shared grant's
+    /// allocation changed (to be sized again). Only the first call watches.
+    pub fn watch(
+        self: &Arc<Self>,
+        client: &Client,
+        namespace: Option<&str>,
+    ) -> (impl Stream<Item = ObjectRef<Revision>> + Send + use<>, impl Stream<Item = String> + Send + use<>) {
         let (wake, woken) = mpsc::channel(WAKE_CAPACITY);
+        let (resize, to_resize) = mpsc::channel(WAKE_CAPACITY);
         let writers = self.writers.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some((home_writer, grant_writer)) = writers {
             let (homes, grants): (Api<Home>, Api<CapacityGrant>) = match namespace {
@@ -130,23 +137,32 @@ impl Grants {
             };
             let home_events = reflector::reflector(home_writer, watcher(homes, watcher::Config::default()).default_backoff());
             let grant_events = reflector::reflector(grant_writer, watcher(grants, watcher::Config::default()).default_backoff());
-            tokio::spawn(wake_on_homes(Arc::clone(self), home_events, wake.clone()));
-            tokio::spawn(wake_on_grants(Arc::clone(self), grant_events, wake));
+            tokio::spawn(wake_on_homes(Arc::clone(self), home_events, wake.clone(), resize.clone()));
+            tokio::spawn(wake_on_grants(Arc::clone(self), grant_events, wake, resize));
         }
-        woken
+        (woken, to_resize)
     }
 }
 
-/// Any Home event wakes the Revisions waiting in its namespace.
+/// Any Home event wakes the Home's Revision and the Revisions waiting in its namespace;
+/// a Home deleted from a shared grant has that grant sized again.
 async fn wake_on_homes(
     grants: Arc<Grants>,
     events: impl Stream<Item = Result<watcher::Event<Home>, watcher::Error>>,
     mut wake: mpsc::Sender<ObjectRef<Revision>>,
+    mut resize: mpsc::Sender<String>,
 ) {
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         let (home, listing) = match event {
-            Ok(watcher::Event::Apply(h) | watcher::Event::Delete(h)) => (h, false),
+            Ok(watcher::Event::Delete(h)) => {
+                // What it reserved is free: the namespace's shared grant may shrink.
+                if h.spec.grant_name == keys::SHARED_GRANT_NAME {
+                    let _ = resize.try_send(h.namespace().unwrap_or_default());
+                }
+                (h, false)
+            }
+            Ok(watcher::Event::Apply(h)) => (h, false),
             Ok(watcher::Event::InitApply(h)) => (h, true),
             Ok(_) => continue,
             Err(e) => {
@@ -174,6 +190,7 @@ async fn wake_on_grants(
     grants: Arc<Grants>,
     events: impl Stream<Item = Result<watcher::Event<CapacityGrant>, watcher::Error>>,
     mut wake: mpsc::Sender<ObjectRef<Revision>>,
+    mut resize: mpsc::Sender<String>,
 ) {
     let mut readiness: HashMap<(String, String), (i64, Option<String>)> = HashMap::new();
     let mut events = std::pin::pin!(events);
@@ -201,6 +218,11 @@ async fn wake_on_grants(
         }
         for revision in woken {
             let _ = wake.try_send(revision);
+        }
+        // A shared grant's allocation may call for more or fewer instances; a full channel
+        // drops the request (the next allocation change, or any placement, sizes it).
+        if !deleted && key.1 == keys::SHARED_GRANT_NAME && super::children::managed_by_us(&grant) {
+            let _ = resize.try_send(namespace);
         }
     }
 }

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -91,6 +91,7 @@ impl ControllerConfig {
                 slots_per_instance: 100,
                 memory_per_instance: 2 << 30,
                 instances: 1,
+                max_instances: 1,
                 grant_image: grant_image.into(),
                 helper_image: helper_image.into(),
             },
@@ -132,6 +133,12 @@ impl ControllerConfig {
         }
         if self.grant.instances < 1 || self.grant.slots_per_instance < 1 || self.grant.memory_per_instance < 1 {
             return bad("the shared grant's instances, fiber slots and memory per instance must be at least 1".into());
+        }
+        if self.grant.max_instances < self.grant.instances {
+            return bad(format!(
+                "the shared grant's most instances ({}) must be at least its instances ({})",
+                self.grant.max_instances, self.grant.instances
+            ));
         }
         if self.concurrency == 0 {
             return bad("concurrency must be at least 1".into());
@@ -284,12 +291,13 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
     let ours = watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", children::MANAGED_BY_LABEL));
     // Homes and grants are watched once, by the placement stores, Services by theirs;
     // each wakes the Revisions a change concerns, and reconciles read them there.
-    let woken = context.grants.watch(&client, config.namespace.as_deref());
+    let (woken, to_resize) = context.grants.watch(&client, config.namespace.as_deref());
     let services_woken = context.services.watch(services, ours);
     tracing::info!("waiting for the Home, CapacityGrant and Service watches to list");
     context.grants.wait_until_ready().await;
     context.services.wait_until_ready().await;
     tracing::info!(namespace = ?config.namespace, router = %config.router_service, "lampyr-controller: reconciling Revisions");
+    let sizing = tokio::spawn(size_shared_grants(Arc::clone(&context), to_resize));
     Controller::new(revisions, watcher::Config::default())
         .reconcile_all_on(context.autoscaler.changes())
         .reconcile_on(woken)
@@ -307,6 +315,7 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
             }
         })
         .await;
+    sizing.abort();
     if let Some(watching) = watching {
         watching.abort();
     }
@@ -467,11 +476,11 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     } else if let (true, Some(artifact), Some(policy)) = (deployable, &artifact, &policy) {
         let demand = children::demand(policy, artifact.fiber_memory_bytes);
         let chosen = placement::grant_name(rev);
-        if chosen == keys::SHARED_GRANT_NAME {
-            ensure_shared_grant(ctx, &ns).await?;
-        }
         let desired = children::home(rev, &artifact.reference, sealed.as_deref(), policy, &chosen, demand);
         let placed = home.as_ref().is_some_and(|h| h.spec.grant_name == chosen);
+        if chosen == keys::SHARED_GRANT_NAME {
+            ensure_shared_grant(ctx, &ns, (!placed).then_some(demand)).await?;
+        }
         if placed {
             if !home.as_ref().is_some_and(|h| h.spec == desired.spec && children::meta_matches(&h.metadata, &desired.metadata)) {
                 home = Some(apply(&homes, &name, &desired, ctx, "Home").await?);
@@ -541,15 +550,37 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     }
 }
 
+/// Sizes each namespace's shared grant again as its allocation changes (what fiberd
+/// reports: fibers warming beyond the reservations) until the stream ends.
+async fn size_shared_grants(ctx: Arc<Context>, namespaces: impl Stream<Item = String>) {
+    let mut namespaces = std::pin::pin!(namespaces);
+    while let Some(namespace) = namespaces.next().await {
+        if let Err(e) = ensure_shared_grant(&ctx, &namespace, None).await {
+            tracing::warn!(namespace, error = %e, "sizing the shared grant failed; the next change tries again");
+        }
+    }
+}
+
 /// How often a Revision waiting for room looks again when nothing wakes it.
 const WAITING_RECHECK: Duration = Duration::from_secs(30);
 
 /// Creates the namespace's shared grant, or brings it to the controller's sizing and
-/// images; a grant of that name the controller did not create is the operator's, and
-/// is used as it is.
-async fn ensure_shared_grant(ctx: &Context, namespace: &str) -> Result<(), Error> {
-    let desired = children::shared_grant(namespace, &ctx.config.grant);
+/// images, with as many instances as its load needs (its placed Homes, plus `placing`, a
+/// Home about to be placed on it, and what fiberd reports) within the controller's bounds;
+/// a grant of that name the controller did not create is the operator's, and is used as it is.
+async fn ensure_shared_grant(ctx: &Context, namespace: &str, placing: Option<placement::Demand>) -> Result<(), Error> {
     let current = ctx.grants.grant(namespace, keys::SHARED_GRANT_NAME);
+    let sizing = &ctx.config.grant;
+    let mut placed = ctx.grants.placed(namespace, keys::SHARED_GRANT_NAME, "");
+    placed.extend(placing);
+    let load = placement::Load::of(&placed, current.as_deref());
+    let per_instance = placement::Load { slots: u64::from(sizing.slots_per_instance), memory: sizing.memory_per_instance };
+    let now = current.as_ref().map_or(sizing.instances, |g| g.spec.instances);
+    let instances = placement::shared_instances(load, per_instance, now, sizing.instances, sizing.max_instances);
+    if instances != now && current.as_deref().is_some_and(children::managed_by_us) {
+        tracing::info!(namespace, from = now, to = instances, ?load, "resizing the shared grant");
+    }
+    let desired = children::shared_grant(namespace, sizing, instances);
     let up_to_date = current.as_ref().is_some_and(|g| !children::managed_by_us(g) || g.spec == desired.spec);
     if !up_to_date {
         let grants: Api<CapacityGrant> = Api::namespaced(ctx.client.clone(), namespace);

@@ -66,6 +66,54 @@ impl Room {
     }
 }
 
+/// What a grant's Homes take together: the slots they reserve or fill, and the memory
+/// that holds; the larger of what placement counts and what fiberd reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Fiber slots.
+    pub slots: u64,
+    /// Guest memory, in bytes.
+    pub memory: u64,
+}
+
+impl Load {
+    /// The load of Homes reserving `placed` on `grant` (its status says what fiberd reports).
+    pub fn of(placed: &[Demand], grant: Option<&CapacityGrant>) -> Self {
+        let status = grant.and_then(|g| g.status.as_ref());
+        let reported = |n: i64| u64::try_from(n).unwrap_or(0);
+        Load {
+            slots: placed.iter().map(Demand::slots).sum::<u64>().max(status.map_or(0, |s| reported(s.allocated_slots.into()))),
+            memory: placed.iter().map(Demand::memory).sum::<u64>().max(status.map_or(0, |s| reported(s.allocated_memory_bytes))),
+        }
+    }
+}
+
+/// A shared grant grows by an instance while its load fills more than this of its instances.
+pub const GROW_ABOVE: f64 = 0.8;
+/// It shrinks by one while one instance fewer would be filled no more than this: the band
+/// between the two keeps it from flapping.
+pub const SHRINK_BELOW: f64 = 0.6;
+
+/// The instances a shared grant runs for `load`, each holding `per_instance`, starting from
+/// `current`, within `min..=max`: grown while `load` fills more than [`GROW_ABOVE`] of them,
+/// shrunk while one fewer would be filled no more than [`SHRINK_BELOW`].
+pub fn shared_instances(load: Load, per_instance: Load, current: i32, min: i32, max: i32) -> i32 {
+    let (min, max) = (min.max(1), max.max(min.max(1)));
+    let fill = |n: i32| {
+        let n = f64::from(n.max(1));
+        let part = |used: u64, held: u64| used as f64 / (held.max(1) as f64 * n);
+        part(load.slots, per_instance.slots).max(part(load.memory, per_instance.memory))
+    };
+    let mut n = current.clamp(min, max);
+    while n < max && fill(n) > GROW_ABOVE {
+        n += 1;
+    }
+    while n > min && fill(n - 1) <= SHRINK_BELOW {
+        n -= 1;
+    }
+    n
+}
+
 /// Why a Home cannot be placed; the message names the grant and what is short.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unplaceable {
@@ -226,5 +274,41 @@ mod tests {
         assert_eq!(grant_name(&rev), keys::SHARED_GRANT_NAME);
         rev.metadata.annotations.get_or_insert_default().insert(keys::CAPACITY_GRANT_ANNOTATION.into(), " team-a ".into());
         assert_eq!(grant_name(&rev), "team-a");
+    }
+
+    #[test]
+    fn a_shared_grant_grows_past_80_percent_and_shrinks_below_60_within_its_bounds() {
+        let per = Load { slots: 100, memory: 1 << 30 };
+        let slots = |n: u64| Load { slots: n, memory: 0 };
+        assert_eq!(shared_instances(slots(80), per, 1, 1, 4), 1, "80% is not above 80%");
+        assert_eq!(shared_instances(slots(81), per, 1, 1, 4), 2);
+        assert_eq!(shared_instances(slots(250), per, 1, 1, 4), 4, "grown until under 80%: 250 on 4 is 62%");
+        assert_eq!(shared_instances(slots(1000), per, 1, 1, 4), 4, "never past the operator's bound");
+        assert_eq!(shared_instances(slots(100), per, 2, 1, 4), 2, "one instance would be 100% full");
+        assert_eq!(shared_instances(slots(70), per, 2, 1, 4), 2, "70% of one is inside the band: no flapping");
+        assert_eq!(shared_instances(slots(60), per, 2, 1, 4), 1, "60% of one: shrink");
+        assert_eq!(shared_instances(slots(0), per, 3, 2, 4), 2, "never under the operator's bound");
+        let memory = Load { slots: 1, memory: 3 << 29 };
+        assert_eq!(shared_instances(memory, per, 1, 1, 4), 2, "memory counts as slots do: 1.5 GiB on 1 GiB instances");
+        assert_eq!(shared_instances(slots(500), per, 1, 3, 2), 3, "a maximum below the minimum is the minimum");
+    }
+
+    #[test]
+    fn the_load_is_the_larger_of_what_is_reserved_and_what_fiberd_reports() {
+        let placed = [Demand { min_scale: 2, fiber_memory: 10 }, Demand { min_scale: 0, fiber_memory: 10 }];
+        assert_eq!(Load::of(&placed, None), Load { slots: 2, memory: 20 });
+        let spec = lampyr_api::CapacityGrantSpec {
+            fiber_slots: 100,
+            memory_bytes: 1000,
+            instances: 1,
+            placement: None,
+            grant_image: String::new(),
+            helper_image: String::new(),
+        };
+        let mut g = CapacityGrant::new(keys::SHARED_GRANT_NAME, spec);
+        let status = g.status.get_or_insert_default();
+        status.allocated_slots = 7;
+        status.allocated_memory_bytes = 5;
+        assert_eq!(Load::of(&placed, Some(&g)), Load { slots: 7, memory: 20 });
     }
 }

@@ -61,9 +61,12 @@ pub struct SharedGrant {
     /// Guest memory per grant Pod, a Kubernetes quantity (`2Gi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
-    /// Grant Pods per shared grant.
+    /// Grant Pods per shared grant (at least, with `maxInstances`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<u32>,
+    /// Grant Pods a shared grant may grow to while its Revisions fill more than 80% of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
 }
 
 impl SharedGrant {
@@ -79,6 +82,9 @@ impl SharedGrant {
         if let Some(instances) = self.instances {
             args.push(("--grant-instances", instances.to_string()));
         }
+        if let Some(most) = self.max_instances {
+            args.push(("--grant-max-instances", most.to_string()));
+        }
         args
     }
 
@@ -89,6 +95,9 @@ impl SharedGrant {
         }
         if self.instances == Some(0) {
             return invalid("sharedGrant.instances", "must be at least 1".into());
+        }
+        if let Some(most) = self.max_instances.filter(|most| *most < self.instances.unwrap_or(1)) {
+            return invalid("sharedGrant.maxInstances", format!("{most} is fewer than instances ({})", self.instances.unwrap_or(1)));
         }
         if let Some(memory) = &self.memory {
             match lampyr_api::quantity::parse_quantity(memory) {
@@ -394,15 +403,16 @@ mod tests {
     fn the_shared_grant_size_becomes_lampyr_controllers_flags_and_bad_values_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut settings = valid(dir.path());
-        settings.shared_grant = Some(parse("sharedGrant: {fiberSlots: 400, memory: 8Gi, instances: 2}\n").expect("parses").shared_grant.expect("set"));
+        settings.shared_grant = Some(parse("sharedGrant: {fiberSlots: 400, memory: 8Gi, instances: 2, maxInstances: 5}\n").expect("parses").shared_grant.expect("set"));
         let checked = check(settings.clone(), dir.path()).expect("valid");
         let args = checked.settings.shared_grant.expect("kept").controller_args();
-        assert_eq!(args, [("--grant-fiber-slots", "400".to_string()), ("--grant-memory", "8Gi".into()), ("--grant-instances", "2".into())]);
+        assert_eq!(args, [("--grant-fiber-slots", "400".to_string()), ("--grant-memory", "8Gi".into()), ("--grant-instances", "2".into()), ("--grant-max-instances", "5".into())]);
         for (bad, key) in [
             (SharedGrant { fiber_slots: Some(0), ..Default::default() }, "sharedGrant.fiberSlots"),
             (SharedGrant { memory: Some("lots".into()), ..Default::default() }, "sharedGrant.memory"),
             (SharedGrant { memory: Some("0".into()), ..Default::default() }, "sharedGrant.memory"),
             (SharedGrant { instances: Some(0), ..Default::default() }, "sharedGrant.instances"),
+            (SharedGrant { instances: Some(3), max_instances: Some(2), ..Default::default() }, "sharedGrant.maxInstances"),
         ] {
             settings.shared_grant = Some(bad);
             let err = check(settings.clone(), dir.path()).expect_err(key).to_string();
