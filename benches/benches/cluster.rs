@@ -55,7 +55,8 @@
 //! `LAMPYR_BENCH_BURST` (default 200) those of section 2, and
 //! `LAMPYR_BENCH_TRAFFIC` (default 10) the traffic changes of section 3, and
 //! `LAMPYR_BENCH_REVISIONS` (default 20) the new Revisions of section 4, and
-//! `LAMPYR_BENCH_DENSITY` (default 1000) the Services of section 5.
+//! `LAMPYR_BENCH_DENSITY` (default 1000) the Services of section 5; a count of 0 skips its
+//! section.
 //! Progress is logged to stderr (`RUST_LOG`, default `cluster=info`); the table goes to stdout.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -147,6 +148,9 @@ fn env_count(name: &str, default: usize) -> usize {
 
 /// Section 1: Services applied one after another, each beside a ConfigMap.
 async fn apply_to_ready(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    if n == 0 {
+        return; // section skipped
+    }
     let ns = stack.cluster.namespace("bench-apply").await;
     let client = stack.cluster.client().await;
     let (services, maps) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<ConfigMap>::namespaced(client, &ns));
@@ -220,6 +224,9 @@ fn config_map(ns: &str, name: &str) -> Value {
 
 /// Section 2: `n` Services created at once until all are Ready, beside `n` ConfigMaps.
 async fn reconcile_burst(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    if n == 0 {
+        return; // section skipped
+    }
     let ns = stack.cluster.namespace("bench-burst").await;
     let client = stack.cluster.client().await;
     let (services, maps) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<ConfigMap>::namespaced(client.clone(), &ns));
@@ -413,6 +420,9 @@ where
 
 /// Section 3: `n` traffic changes between two warm Revisions, router against control plane.
 async fn traffic_changes(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    if n == 0 {
+        return; // section skipped
+    }
     let ns = stack.cluster.namespace("bench-traffic").await;
     let services = Api::<Service>::namespaced(stack.cluster.client().await, &ns);
     let name = "split";
@@ -480,6 +490,9 @@ async fn change_traffic(stack: &LampyrStack, services: &Api<Service>, name: &str
 
 /// Section 4: `n` new Revisions of one Service, beside `n` ConfigMap patches; grant Pods counted.
 async fn new_revisions(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
+    if n == 0 {
+        return; // section skipped
+    }
     let ns = stack.cluster.namespace("bench-revision").await;
     let client = stack.cluster.client().await;
     let (services, maps) = (Api::<Service>::namespaced(client.clone(), &ns), Api::<ConfigMap>::namespaced(client, &ns));
@@ -538,7 +551,7 @@ const IDLE_PATIENCE: Duration = Duration::from_secs(10 * 60);
 /// and fiberd memory they take.
 async fn held_at_zero(stack: &LampyrStack, artifact: &str, n: usize, table: &mut Table) {
     if n == 0 {
-        return;
+        return; // section skipped
     }
     let ns = stack.cluster.namespace("bench-density").await;
     let client = stack.cluster.client().await;
