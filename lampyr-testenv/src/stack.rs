@@ -3,6 +3,7 @@
 //! Knative configuration selects) and, through [`PodRunner`], fiberd in place
 //! of every grant Pod, plus a real OCI registry holding the artifacts.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
@@ -157,15 +158,27 @@ impl LampyrStack {
     /// Builds example `name` once and pushes it to the registry at `lampyr/<name>`;
     /// returns its digest-pinned reference.
     pub async fn push_example(&self, name: &str) -> String {
-        let artifact = crate::artifacts::example_artifact(name, 64 * 1024);
-        crate::artifacts::push_artifact(&self.registry, &format!("lampyr/{name}"), &artifact).await
+        self.push_once(&format!("lampyr/{name}"), || crate::artifacts::example_artifact(name, 64 * 1024)).await
     }
 
     /// Builds test guest `name` (`spin`, `panic`, …) once and pushes it to the
     /// registry at `lampyr/testing-<name>`; returns its digest-pinned reference.
     pub async fn push_test_guest(&self, name: &str) -> String {
-        let artifact = crate::artifacts::test_guest_artifact(name, 64 * 1024);
-        crate::artifacts::push_artifact(&self.registry, &format!("lampyr/testing-{name}"), &artifact).await
+        self.push_once(&format!("lampyr/testing-{name}"), || crate::artifacts::test_guest_artifact(name, 64 * 1024)).await
+    }
+
+    /// Pushes the artifact `build` makes to repository `path` once per stack, one push at a
+    /// time: tests running at once push the same blobs, and concurrent uploads of one blob
+    /// race in the registry (`DIGEST_INVALID`, `MANIFEST_BLOB_UNKNOWN`).
+    async fn push_once(&self, path: &str, build: impl FnOnce() -> crate::artifacts::Artifact) -> String {
+        static PUSHED: tokio::sync::Mutex<BTreeMap<String, String>> = tokio::sync::Mutex::const_new(BTreeMap::new());
+        let mut pushed = PUSHED.lock().await;
+        if let Some(reference) = pushed.get(path) {
+            return reference.clone();
+        }
+        let reference = crate::artifacts::push_artifact(&self.registry, path, &build()).await;
+        pushed.insert(path.to_string(), reference.clone());
+        reference
     }
 
     /// Requests executing in fibers of the fiberd of grant Pod `namespace/name`,
