@@ -20,6 +20,9 @@ pub const NETWORKING_PUBLIC_GROUP: &str = "networking.knative.dev";
 
 /// Annotation naming the snapshot artifact (OCI reference) a Revision runs as fibers.
 pub const SNAPSHOT_ARTIFACT: &str = "lampyr.dev/snapshot-artifact";
+/// Revision status annotation (`status.annotations`): the image map entry that gave a
+/// Revision without a snapshot-artifact annotation its artifact (image → artifact, entry).
+pub const IMAGE_MAPPED: &str = "lampyr.dev/image-mapped";
 /// Annotation naming the Revision's fiberd template sealed to the cluster's fleet key
 /// (an OCI reference pinned by digest); copied to `Home.spec.sealedTemplate`.
 pub const SEALED_TEMPLATE: &str = "lampyr.dev/sealed-template";

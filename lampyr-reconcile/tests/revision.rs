@@ -320,6 +320,98 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_image_map_gives_revisions_without_the_annotation_their_artifact_and_the_annotation_wins() {
+    let cluster = Cluster::shared();
+    install_crds(cluster).await;
+    let ns = cluster.namespace("rev-images").await;
+    let client = cluster.client().await;
+    let apis = Apis::new(&client, &ns);
+    let registry = TestRegistry::start();
+    let mapped = push_hello(&registry, "conformance/helloworld").await;
+    let annotated = push_hello(&registry, "lampyr/hello").await;
+    assert_ne!(mapped, annotated, "two repositories, two references");
+    let mut config = config(&ns, &[registry.host()]);
+    // The test's own map, in its namespace (the default is lampyr-system/image-artifacts).
+    config.image_map = (ns.clone(), "image-artifacts".into());
+    let controller = Controller::start(client.clone(), config).await;
+    let image = json!({ "image": "ko.local/helloworld:latest" });
+
+    // No map yet: the Revision fails, naming the image and the map to add it to.
+    create_service(&client, &ns, &knative_service("unmapped", &ns, None, image.clone())).await;
+    let ready = failed(&apis, "unmapped-00001").await;
+    assert_eq!(ready.reason, revision::REASON_CONTAINER_MISSING);
+    for part in ["\"ko.local/helloworld:latest\"", &format!("image map {ns}/image-artifacts"), "docs/images.md"] {
+        assert!(ready.message.contains(part), "names {part}: {}", ready.message);
+    }
+
+    // The operator maps the repository (and leaves one broken entry): the waiting Revision
+    // takes the artifact without changing, and a new one does too.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let map = json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "image-artifacts" },
+        "data": {
+            "helloworld": format!("image: ko.local/helloworld\nartifact: {mapped}\n"),
+            "broken": "image: ko.local/broken\nartifact: ko.local/broken:latest\n",
+        }
+    });
+    configmaps.create(&Default::default(), &serde_json::from_value(map).expect("ConfigMap")).await.expect("create the map");
+    let rev = wait_for(&apis.revisions, "unmapped-00001", "the mapped artifact", |r| {
+        revision_status(r).container_statuses.first().is_some_and(|c| c.image_digest == mapped)
+    })
+    .await;
+    let audit = revision_status(&rev).annotations.get(keys::IMAGE_MAPPED).cloned().unwrap_or_default();
+    assert!(audit.contains(&mapped) && audit.contains("entry \"helloworld\"") && audit.starts_with("ko.local/helloworld:latest"), "{audit}");
+    let home = wait_for(&apis.homes, "unmapped-00001", "Home", |_| true).await;
+    assert_eq!(home.spec.artifact, mapped);
+    create_service(&client, &ns, &knative_service("fresh", &ns, None, image.clone())).await;
+    wait_for(&apis.homes, "fresh-00001", "Home with the mapped artifact", |h| h.spec.artifact == mapped).await;
+
+    // The annotation, when present, wins over the map; nothing is recorded as mapped.
+    create_service(&client, &ns, &knative_service("annotated", &ns, Some(&annotated), image.clone())).await;
+    wait_for(&apis.homes, "annotated-00001", "Home with the annotation's artifact", |h| h.spec.artifact == annotated).await;
+    let rev = apis.revisions.get("annotated-00001").await.expect("revision");
+    assert!(!revision_status(&rev).annotations.contains_key(keys::IMAGE_MAPPED), "{:?}", revision_status(&rev).annotations);
+
+    // It becomes Ready like any other Revision; the mapping is in its Events.
+    grant_ready(&client, &ns, keys::SHARED_GRANT_NAME).await;
+    fiberd_reports(&client, &ns, "unmapped-00001", "grant-0", true, 1, None).await;
+    wait_for(&apis.revisions, "unmapped-00001", "Ready", |r| ready_is(r, "True")).await;
+    let events = event_notes(&client, &ns, "ImageMapped").await;
+    assert!(events.iter().any(|(object, note)| object == "unmapped-00001" && note.contains(&mapped)), "{events:?}");
+    // The broken entry is reported on the ConfigMap, saying what is wrong.
+    let warnings = event_notes(&client, &ns, "InvalidImageMapping").await;
+    assert!(
+        warnings.iter().any(|(object, note)| object == "image-artifacts" && note.contains("\"broken\"") && note.contains("pinned by digest")),
+        "{warnings:?}"
+    );
+
+    // An image the map does not name still fails clearly.
+    create_service(&client, &ns, &knative_service("other", &ns, None, json!({ "image": "ko.local/other" }))).await;
+    let ready = failed(&apis, "other-00001").await;
+    assert!(ready.message.contains("\"ko.local/other\""), "{}", ready.message);
+    controller.stop().await;
+}
+
+/// `(object name, note)` of the namespace's Events with `reason` (events.k8s.io), waiting for one.
+async fn event_notes(client: &Client, ns: &str, reason: &str) -> Vec<(String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = events.list(&ListParams::default()).await.expect("list Events");
+        let found: Vec<(String, String)> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| (e.regarding.and_then(|r| r.name).unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect();
+        if !found.is_empty() || Instant::now() > deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_template_every_instance_fails_to_load_makes_the_revision_fail() {
     let cluster = Cluster::shared();
     install_crds(cluster).await;

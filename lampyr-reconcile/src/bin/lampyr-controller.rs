@@ -70,6 +70,9 @@ struct Args {
     /// The ConfigMap with the cluster's autoscaler settings, NAMESPACE/NAME (upstream's config-autoscaler).
     #[arg(long, default_value = "knative-serving/config-autoscaler", value_parser = namespaced_name)]
     autoscaler_config: (String, String),
+    /// The ConfigMap mapping container images to snapshot artifacts, NAMESPACE/NAME (docs/images.md).
+    #[arg(long, default_value = "lampyr-system/image-artifacts", value_parser = namespaced_name)]
+    image_map: (String, String),
 }
 
 /// Parses `NAMESPACE/NAME`.
@@ -100,6 +103,7 @@ async fn run(args: Args) -> Result<(), String> {
     config.resync = args.resync;
     config.progress_deadline = args.progress_deadline;
     config.autoscaler_config = args.autoscaler_config.clone();
+    config.image_map = args.image_map.clone();
 
     let metrics = Metrics::default();
     let mut registry = Registry::default();
@@ -121,8 +125,8 @@ async fn run(args: Args) -> Result<(), String> {
 
     let health = Health::default();
     let api = health.check("api");
-    let autoscaler_config = health.check("autoscaler-config");
-    autoscaler_config.set_not_ready("config-autoscaler not read yet");
+    let settings_read = health.check("settings");
+    settings_read.set_not_ready("config-autoscaler and the image map not read yet");
     let admin = AdminServer::bind(args.common.metrics_addr, registry, health)
         .await
         .map_err(|e| format!("cannot serve /metrics on {}: {e}", args.common.metrics_addr))?;
@@ -130,12 +134,12 @@ async fn run(args: Args) -> Result<(), String> {
     tokio::spawn(admin.serve(stopped()));
     revision::check_crds(&client).await.map_err(|e| e.to_string())?;
     api.set_ready();
-    // Every replica reads config-autoscaler, so a standby is ready to lead with it.
-    tokio::spawn(revision::watch_autoscaler_config(Arc::clone(&context)));
+    // Every replica reads config-autoscaler and the image map, so a standby is ready to lead with them.
+    tokio::spawn(revision::watch_settings(Arc::clone(&context)));
     let settings = Arc::clone(&context);
     tokio::spawn(async move {
-        settings.autoscaler().synced().await;
-        autoscaler_config.set_ready();
+        settings.settings_synced().await;
+        settings_read.set_ready();
     });
 
     let work = revision::run(context, stopped());

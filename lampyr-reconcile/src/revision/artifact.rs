@@ -38,13 +38,19 @@ pub struct ResolvedArtifact {
 /// Why an artifact cannot be used. Every message names the reference and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArtifactProblem {
-    /// The Revision has no annotation.
+    /// The Revision has no annotation, and the image map has no entry for its image.
     #[error(
-        "the Revision has no {annotation} annotation: set it in spec.template.metadata.annotations to the \
-         digest-pinned snapshot artifact (registry/repository@sha256:…), as `ly deploy` does",
+        "the Revision has no {annotation} annotation and the image map {map} has no entry for its image {image:?}: \
+         set the annotation in spec.template.metadata.annotations to the digest-pinned snapshot artifact \
+         (registry/repository@sha256:…), as `ly deploy` does, or map the image to one (docs/images.md)",
         annotation = keys::SNAPSHOT_ARTIFACT
     )]
-    Missing,
+    Missing {
+        /// The container image.
+        image: String,
+        /// The image map's ConfigMap, `namespace/name`.
+        map: String,
+    },
     /// The annotation is not a digest-pinned registry reference, or asks for plain
     /// HTTP to a registry the controller keeps on HTTPS.
     #[error("{annotation} {value:?} cannot be used: {reason}", annotation = keys::SNAPSHOT_ARTIFACT)]
@@ -79,14 +85,14 @@ impl ArtifactProblem {
             ArtifactProblem::Unreachable(_) | ArtifactProblem::NotFound(_) | ArtifactProblem::Internal(_) => true,
             // Registry content under a digest can be repaired by its operator.
             ArtifactProblem::Tampered(_) => true,
-            ArtifactProblem::Missing | ArtifactProblem::BadReference { .. } | ArtifactProblem::Invalid(_) => false,
+            ArtifactProblem::Missing { .. } | ArtifactProblem::BadReference { .. } | ArtifactProblem::Invalid(_) => false,
         }
     }
 
     /// A bounded label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            ArtifactProblem::Missing => "missing",
+            ArtifactProblem::Missing { .. } => "missing",
             ArtifactProblem::BadReference { .. } => "bad_reference",
             ArtifactProblem::Unreachable(_) => "unreachable",
             ArtifactProblem::NotFound(_) => "not_found",
@@ -128,7 +134,7 @@ pub fn parse_pinned(value: &str) -> Result<PinnedReference, ArtifactProblem> {
     let bad = |reason: String| ArtifactProblem::BadReference { value: value.to_string(), reason };
     let value = value.trim();
     if value.is_empty() {
-        return Err(ArtifactProblem::Missing);
+        return Err(bad("it is empty".into()));
     }
     if value.starts_with('/') || value.starts_with('.') {
         return Err(bad("a Revision must name a registry artifact (registry/repository@sha256:…), not a local path".into()));
@@ -205,7 +211,7 @@ impl ArtifactResolver {
 
     async fn pull(&self, value: &str, pinned: &PinnedReference) -> Result<ResolvedArtifact, ArtifactProblem> {
         let ArtifactRef::Registry { repository, digest } = &pinned.parsed else {
-            return Err(ArtifactProblem::Missing);
+            return Err(ArtifactProblem::Internal(format!("{value:?} is not a registry reference")));
         };
         let layout = self.client.pull(repository, digest, &self.cache_for(repository)).await.map_err(|e| match ArtifactProblem::from_registry(e) {
             ArtifactProblem::BadReference { reason, .. } => ArtifactProblem::BadReference { value: value.to_string(), reason },
@@ -241,7 +247,7 @@ mod tests {
         let p = parse_pinned(&format!("http://127.0.0.1:5000/lampyr/hello@{D}")).unwrap();
         assert_eq!(p.canonical, format!("127.0.0.1:5000/lampyr/hello@{D}"), "the scheme is not part of the reference");
 
-        assert_eq!(parse_pinned("  "), Err(ArtifactProblem::Missing));
+        assert!(parse_pinned("  ").unwrap_err().to_string().contains("it is empty"));
         let tag = parse_pinned("ghcr.io/team/app:latest").unwrap_err();
         assert!(tag.to_string().contains("must be pinned by digest"), "{tag}");
         assert!(!tag.is_retryable());
@@ -256,6 +262,9 @@ mod tests {
         assert!(ArtifactProblem::Unreachable("x".into()).is_retryable());
         assert!(ArtifactProblem::NotFound("x".into()).is_retryable());
         assert!(!ArtifactProblem::Invalid("x".into()).is_retryable());
-        assert!(ArtifactProblem::Missing.to_string().contains(keys::SNAPSHOT_ARTIFACT));
+        let missing = ArtifactProblem::Missing { image: "ko.local/x".into(), map: "lampyr-system/image-artifacts".into() };
+        assert!(!missing.is_retryable());
+        let text = missing.to_string();
+        assert!(text.contains(keys::SNAPSHOT_ARTIFACT) && text.contains("\"ko.local/x\"") && text.contains("lampyr-system/image-artifacts"), "{text}");
     }
 }

@@ -13,14 +13,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use lampyr_api::autoscaler::{AutoscalerConfig, InvalidConfig};
 use tokio::sync::watch;
 
 use super::children::FIELD_MANAGER;
+use super::configmap;
 use super::metrics::Metrics;
 
 /// Reason of the Event on an invalid ConfigMap.
@@ -104,42 +103,16 @@ impl AutoscalerSettings {
 
     /// Yields once per later change of the settings in effect.
     pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
-        let mut rx = self.current.subscribe();
-        rx.mark_unchanged();
-        futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
+        configmap::changes(&self.current)
     }
 }
 
 /// Watches the ConfigMap `namespace/name` until the stream ends, applying each
 /// observation to `settings` and reporting invalid content.
 pub async fn watch(client: Client, namespace: String, name: String, settings: Arc<AutoscalerSettings>, metrics: Metrics) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    let selector = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher(api, selector).default_backoff());
-    let mut listed = false;
     tracing::info!(configmap = %format!("{namespace}/{name}"), "watching the cluster's autoscaler settings");
-    while let Some(event) = events.next().await {
-        let seen = match event {
-            Ok(watcher::Event::Init) => {
-                listed = false;
-                continue;
-            }
-            Ok(watcher::Event::InitApply(cm) | watcher::Event::Apply(cm)) => {
-                listed = true;
-                Some(cm)
-            }
-            Ok(watcher::Event::InitDone) if !listed => None,
-            Ok(watcher::Event::InitDone) => continue,
-            Ok(watcher::Event::Delete(_)) => None,
-            Err(e) => {
-                tracing::warn!(
-                    configmap = %format!("{namespace}/{name}"), error = %e,
-                    "cannot read the cluster's autoscaler settings; retrying (lampyr-controller needs get, list and \
-                     watch on this ConfigMap: see config/lampyr-controller.yaml)"
-                );
-                continue;
-            }
-        };
+    let mut observations = std::pin::pin!(configmap::observations(client.clone(), &namespace, &name, "the cluster's autoscaler settings"));
+    while let Some(seen) = observations.next().await {
         let outcome = settings.observe(seen.as_ref().and_then(|cm| cm.data.as_ref()));
         report(&client, seen.as_ref(), &outcome, &settings, &metrics).await;
     }
@@ -188,16 +161,7 @@ async fn report(
 
 /// The Event's note: the problems and what happens meanwhile, within the 1 kB an Event allows.
 fn event_note(error: &InvalidConfig) -> String {
-    let mut note = format!("{error}. lampyr-controller keeps the last valid autoscaler settings until this is fixed.");
-    if note.len() > 1000 {
-        let mut end = 997;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str("...");
-    }
-    note
+    configmap::fit_note(format!("{error}. lampyr-controller keeps the last valid autoscaler settings until this is fixed."))
 }
 
 #[cfg(test)]

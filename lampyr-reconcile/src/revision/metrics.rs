@@ -31,6 +31,10 @@ pub struct Metrics {
     /// 1 while the autoscaler settings in effect are `config-autoscaler`'s
     /// (upstream's defaults when it does not exist), 0 while it is invalid or unread.
     pub autoscaler_config_valid: Gauge,
+    /// Entries of the image map in effect.
+    pub image_map_entries: Gauge,
+    /// Entries of the image map left out as invalid.
+    pub image_map_invalid_entries: Gauge,
 }
 
 impl Default for Metrics {
@@ -46,6 +50,8 @@ impl Default for Metrics {
             placements: Family::default(),
             leader: Gauge::default(),
             autoscaler_config_valid: Gauge::default(),
+            image_map_entries: Gauge::default(),
+            image_map_invalid_entries: Gauge::default(),
         }
     }
 }
@@ -70,6 +76,12 @@ impl Metrics {
             "autoscaler_config_valid",
             "1 while config-autoscaler's settings are in effect, 0 while it is invalid (the last valid ones are) or unread",
             self.autoscaler_config_valid.clone(),
+        );
+        r.register("image_map_entries", "Entries of the image map (lampyr-system/image-artifacts) in effect", self.image_map_entries.clone());
+        r.register(
+            "image_map_invalid_entries",
+            "Entries of the image map left out because they are invalid",
+            self.image_map_invalid_entries.clone(),
         );
     }
 

@@ -9,13 +9,16 @@
 //! A reconcile is a function of what it observes (the Revision, its children,
 //! the artifact, the cluster's `config-autoscaler`) followed by idempotent
 //! writes: server-side applies with field manager [`FIELD_MANAGER`], and status
-//! writes only when the status changed. A change of `config-autoscaler`
-//! reconciles every Revision again.
+//! writes only when the status changed. A change of `config-autoscaler` or of
+//! the image map (`lampyr-system/image-artifacts`, [`images`]) reconciles every
+//! Revision again.
 
 pub mod artifact;
 pub mod autoscaler;
 pub mod children;
+mod configmap;
 pub mod grants;
+pub mod images;
 pub mod metrics;
 pub mod owned;
 pub mod placement;
@@ -46,6 +49,7 @@ use serde::Serialize;
 pub use artifact::{ArtifactProblem, ArtifactResolver, ResolvedArtifact};
 pub use autoscaler::AutoscalerSettings;
 pub use children::{FIELD_MANAGER, GrantSizing, Ownership};
+pub use images::{ImageMap, ImageMapSettings};
 pub use metrics::Metrics;
 
 /// The container name upstream's webhook defaults to.
@@ -80,9 +84,16 @@ pub struct ControllerConfig {
     pub progress_deadline: Duration,
     /// The ConfigMap holding the cluster's autoscaler settings, `(namespace, name)`.
     pub autoscaler_config: (String, String),
+    /// The ConfigMap mapping container images to snapshot artifacts, `(namespace, name)`.
+    pub image_map: (String, String),
 }
 
 impl ControllerConfig {
+    /// The image map's ConfigMap as `namespace/name`.
+    pub fn image_map_name(&self) -> String {
+        format!("{}/{}", self.image_map.0, self.image_map.1)
+    }
+
     /// A configuration with the defaults for everything but the router and the images.
     pub fn new(router_service: impl Into<String>, grant_image: impl Into<String>, helper_image: impl Into<String>) -> Self {
         ControllerConfig {
@@ -107,6 +118,7 @@ impl ControllerConfig {
                 lampyr_api::autoscaler::CONFIG_MAP_NAMESPACE.to_string(),
                 lampyr_api::autoscaler::CONFIG_MAP_NAME.to_string(),
             ),
+            image_map: (images::CONFIG_MAP_NAMESPACE.to_string(), images::CONFIG_MAP_NAME.to_string()),
         }
     }
 
@@ -198,11 +210,12 @@ pub struct Context {
     metrics: Metrics,
     failures: Mutex<HashMap<String, u32>>,
     autoscaler: Arc<AutoscalerSettings>,
+    images: Arc<ImageMapSettings>,
     grants: Arc<grants::Grants>,
     /// The Revisions' ExternalName Services, as last observed.
     services: owned::Owned<Service>,
-    /// Whether [`watch_autoscaler_config`] runs for this context.
-    watching_autoscaler: AtomicBool,
+    /// Whether [`watch_settings`] runs for this context.
+    watching_settings: AtomicBool,
 }
 
 impl Context {
@@ -222,9 +235,10 @@ impl Context {
             metrics,
             failures: Mutex::new(HashMap::new()),
             autoscaler: Arc::default(),
+            images: Arc::default(),
             grants: Arc::default(),
             services: owned::Owned::default(),
-            watching_autoscaler: AtomicBool::new(false),
+            watching_settings: AtomicBool::new(false),
         })
     }
 
@@ -236,6 +250,17 @@ impl Context {
     /// The cluster's autoscaler settings in effect.
     pub fn autoscaler(&self) -> &AutoscalerSettings {
         &self.autoscaler
+    }
+
+    /// The image map in effect.
+    pub fn images(&self) -> &ImageMapSettings {
+        &self.images
+    }
+
+    /// Completes once `config-autoscaler` and the image map were read.
+    pub async fn settings_synced(&self) {
+        self.autoscaler.synced().await;
+        self.images.synced().await;
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -261,27 +286,33 @@ pub async fn check_crds(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
-/// Watches the cluster's `config-autoscaler` for `context` until the process
-/// ends (see [`autoscaler`]). [`run`] starts it unless it runs already, so a
-/// binary may start it first, for every replica, leader or not.
-pub async fn watch_autoscaler_config(context: Arc<Context>) {
-    if context.watching_autoscaler.swap(true, Ordering::AcqRel) {
+/// Watches the cluster's `config-autoscaler` and the image map for `context` until
+/// the process ends (see [`autoscaler`] and [`images`]). [`run`] starts it unless it
+/// runs already, so a binary may start it first, for every replica, leader or not.
+pub async fn watch_settings(context: Arc<Context>) {
+    if context.watching_settings.swap(true, Ordering::AcqRel) {
         return;
     }
     let (namespace, name) = context.config.autoscaler_config.clone();
-    autoscaler::watch(context.client.clone(), namespace, name, Arc::clone(&context.autoscaler), context.metrics.clone()).await;
+    let autoscaler = autoscaler::watch(context.client.clone(), namespace, name, Arc::clone(&context.autoscaler), context.metrics.clone());
+    let (namespace, name) = context.config.image_map.clone();
+    let images = images::watch(context.client.clone(), namespace, name, Arc::clone(&context.images), context.metrics.clone());
+    futures::join!(autoscaler, images);
 }
 
 /// Runs the reconciler until `shutdown` completes (then finishes the reconciles
-/// in flight and returns). Reconciles start once `config-autoscaler` was read,
-/// so a restart never writes other settings than the cluster's.
+/// in flight and returns). Reconciles start once `config-autoscaler` and the image
+/// map were read, so a restart never writes other settings than the cluster's.
 pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     check_crds(&context.client).await?;
-    let watching = (!context.watching_autoscaler.load(Ordering::Acquire))
-        .then(|| tokio::spawn(watch_autoscaler_config(Arc::clone(&context))));
+    let watching = (!context.watching_settings.load(Ordering::Acquire)).then(|| tokio::spawn(watch_settings(Arc::clone(&context))));
     let (namespace, name) = &context.config.autoscaler_config;
-    tracing::info!(configmap = %format!("{namespace}/{name}"), "waiting for the cluster's autoscaler settings");
-    context.autoscaler.synced().await;
+    let (map_namespace, map_name) = &context.config.image_map;
+    tracing::info!(
+        autoscaler = %format!("{namespace}/{name}"), images = %format!("{map_namespace}/{map_name}"),
+        "waiting for the cluster's autoscaler settings and image map"
+    );
+    context.settings_synced().await;
     let client = context.client.clone();
     let config = &context.config;
     let (revisions, services) = match &config.namespace {
@@ -299,7 +330,7 @@ pub async fn run(context: Arc<Context>, shutdown: impl Future<Output = ()> + Sen
     tracing::info!(namespace = ?config.namespace, router = %config.router_service, "lampyr-controller: reconciling Revisions");
     let sizing = tokio::spawn(size_shared_grants(Arc::clone(&context), to_resize));
     Controller::new(revisions, watcher::Config::default())
-        .reconcile_all_on(context.autoscaler.changes())
+        .reconcile_all_on(futures::stream::select(context.autoscaler.changes(), context.images.changes()))
         .reconcile_on(woken)
         .reconcile_on(services_woken)
         .with_config(controller::Config::default().concurrency(config.concurrency))
@@ -377,12 +408,17 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     let container_name = container.and_then(|c| c.name.clone()).unwrap_or_else(|| DEFAULT_CONTAINER_NAME.into());
     let image = container.and_then(|c| c.image.clone()).unwrap_or_default();
 
-    // 1. The artifact, pulled by digest and verified (once per process).
+    // 1. The artifact (the annotation's, else the image map's entry for the container
+    // image), pulled by digest and verified (once per process).
     let annotation = annotations.get(keys::SNAPSHOT_ARTIFACT).map(String::as_str);
-    let resolved = match annotation {
-        None => Err(ArtifactProblem::Missing),
+    let image_map = ctx.images.current();
+    let mapped = annotation.is_none().then(|| image_map.lookup(&image)).flatten();
+    let reference = annotation.or(mapped.map(|entry| entry.artifact.as_str()));
+    let resolved = match reference {
+        None => Err(ArtifactProblem::Missing { image: image.clone(), map: ctx.config.image_map_name() }),
         Some(value) => ctx.artifacts.resolve(value).await,
     };
+    status::image_mapped(&mut status, mapped.map(|entry| images::audit(entry, &image, &ctx.config.image_map_name())));
     let mut retry = None;
     let mut deployable = true;
     let artifact = match resolved {
@@ -396,7 +432,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         }
         Err(problem) => {
             Metrics::count(&ctx.metrics.artifact_failures, "problem", problem.metric_label());
-            let recorded = annotation
+            let recorded = reference
                 .and_then(|v| artifact::parse_pinned(v).ok())
                 .is_some_and(|p| status.container_statuses.iter().any(|c| c.image_digest == p.canonical));
             deployable = false;
@@ -409,7 +445,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
                     ArtifactProblem::Invalid(m) => (status::REASON_INVALID_ARTIFACT, m.clone()),
                     other => (
                         revision::REASON_CONTAINER_MISSING,
-                        revision::container_missing_message(annotation.unwrap_or(&image), &other.to_string()),
+                        revision::container_missing_message(reference.unwrap_or(&image), &other.to_string()),
                     ),
                 };
                 status::artifact_failed(&mut status, reason, &message, &now);
@@ -535,6 +571,10 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
 
     if rev.status.as_ref() != Some(&status) {
         write_revision_status(ctx, &ns, &name, rev.status.as_ref(), &status).await?;
+        let before = rev.status.as_ref().and_then(|s| s.annotations.get(keys::IMAGE_MAPPED));
+        if let Some(mapping) = status.annotations.get(keys::IMAGE_MAPPED).filter(|now| Some(*now) != before) {
+            images::publish_mapped(&ctx.client, rev, mapping).await;
+        }
         Metrics::count(&ctx.metrics.status_writes, "object", "revision");
     }
     match retry {

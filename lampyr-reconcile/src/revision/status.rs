@@ -165,6 +165,14 @@ pub fn artifact_resolved(status: &mut RevisionStatus, container: &str, image_dig
     status.container_statuses = vec![ContainerStatus { name: container.to_string(), image_digest: image_digest.to_string() }];
 }
 
+/// Records (or, with `None`, clears) which image map entry named the Revision's artifact.
+pub fn image_mapped(status: &mut RevisionStatus, mapping: Option<String>) {
+    match mapping {
+        Some(text) => status.annotations.insert(lampyr_api::keys::IMAGE_MAPPED.to_string(), text),
+        None => status.annotations.remove(lampyr_api::keys::IMAGE_MAPPED),
+    };
+}
+
 /// `ResourcesAvailable` False with `reason` (translation refused, or a child not owned).
 pub fn resources_failed(status: &mut RevisionStatus, reason: &str, message: &str, now: &Time) {
     status.manage_with_clock(now).mark_false(revision::RESOURCES_AVAILABLE, reason, message);
