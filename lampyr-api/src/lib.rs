@@ -73,7 +73,7 @@ pub use status::{
 /// Re-exported Kubernetes types used in this crate's public fields.
 pub mod k8s {
     pub use k8s_openapi::api::core::v1::{
-        Capabilities, ContainerPort, EnvVar, HTTPHeader, LocalObjectReference,
+        Capabilities, ContainerPort, EnvFromSource, EnvVar, HTTPHeader, LocalObjectReference,
         ResourceRequirements, SeccompProfile,
     };
     pub use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

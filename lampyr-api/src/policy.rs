@@ -136,6 +136,11 @@ pub struct FiberPolicy {
     #[serde(default, with = "env_list", skip_serializing_if = "Vec::is_empty")]
     #[schemars(with = "Vec<EnvEntry>")]
     pub env: Vec<(String, String)>,
+    /// Environment taken from ConfigMaps and Secrets of the Revision's namespace (`envFrom`,
+    /// `env[].valueFrom`): references only, resolved by fiberd when it loads the Revision
+    /// ([`FiberPolicy::resolve_env`]), so no value is ever written into a Home.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_refs: Vec<EnvRef>,
     /// The first container port is named `h2c`: serve the Revision over HTTP/2 cleartext.
     #[serde(default)]
     pub http2: bool,
@@ -153,7 +158,154 @@ pub struct EnvEntry {
     pub value: String,
 }
 
+/// A ConfigMap or Secret in the Revision's namespace that environment values come from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvSource {
+    /// `ConfigMap` or `Secret`.
+    pub kind: EnvSourceKind,
+    /// The object's name.
+    pub name: String,
+    /// A missing object (or key) is skipped instead of failing the load.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+}
+
+/// What kind of object an [`EnvSource`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub enum EnvSourceKind {
+    /// A ConfigMap (`data`, then `binaryData` as UTF-8).
+    ConfigMap,
+    /// A Secret (`data`, decoded, as UTF-8).
+    Secret,
+}
+
+/// One environment reference: a whole source (`envFrom`) or one key of it (`env[].valueFrom`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvRef {
+    /// The object read.
+    pub source: EnvSource,
+    /// `env[].valueFrom`: the key read; absent for `envFrom` (every key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `env[].valueFrom`: the variable set; absent for `envFrom`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variable: Option<String>,
+    /// `env[].valueFrom`: the entry's index in the container's `env` (the literal entries
+    /// keep their order around it).
+    #[serde(default)]
+    pub index: u32,
+    /// `envFrom[].prefix`: put before each key.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+}
+
+/// An environment reference that cannot be resolved.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnvRefError<E> {
+    /// The object does not exist and the reference is not optional.
+    #[error("{kind:?} {name:?} does not exist (referenced by the container's env; mark it optional to start without it)")]
+    Missing {
+        /// ConfigMap or Secret.
+        kind: EnvSourceKind,
+        /// Its name.
+        name: String,
+    },
+    /// The object exists but lacks the key, and the reference is not optional.
+    #[error("{kind:?} {name:?} has no key {key:?} (env {variable})")]
+    MissingKey {
+        /// ConfigMap or Secret.
+        kind: EnvSourceKind,
+        /// Its name.
+        name: String,
+        /// The key.
+        key: String,
+        /// The variable that wanted it.
+        variable: String,
+    },
+    /// Reading the object failed.
+    #[error("reading {kind:?} {name:?}: {error}")]
+    Read {
+        /// ConfigMap or Secret.
+        kind: EnvSourceKind,
+        /// Its name.
+        name: String,
+        /// What went wrong.
+        error: E,
+    },
+}
+
+/// Whether `name` may be an environment variable name (Kubernetes' rule for `envFrom` keys).
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+}
+
+/// The port a container listens on when it declares none (Knative's runtime contract).
+pub const DEFAULT_PORT: u16 = 8080;
+
 impl FiberPolicy {
+    /// The environment with [`FiberPolicy::env_refs`] resolved, as a kubelet resolves a
+    /// container's: every `envFrom` source in order (keys that are not variable names are
+    /// skipped), then `env` in order, literal and referenced entries interleaved as declared;
+    /// later duplicates win at lookup. `read` returns an object's data, `None` when it does not
+    /// exist (an optional reference to it is then skipped). Pure; fiberd supplies `read`.
+    pub fn resolve_env<E>(
+        &self,
+        mut read: impl FnMut(&EnvSource) -> Result<Option<std::collections::BTreeMap<String, String>>, E>,
+    ) -> Result<Vec<(String, String)>, EnvRefError<E>> {
+        let mut fetch = |source: &EnvSource| {
+            read(source).map_err(|error| EnvRefError::Read { kind: source.kind, name: source.name.clone(), error })
+        };
+        let mut out = Vec::new();
+        for r in self.env_refs.iter().filter(|r| r.key.is_none()) {
+            match fetch(&r.source)? {
+                Some(data) => out.extend(data.into_iter().filter(|(k, _)| is_env_name(&format!("{}{k}", r.prefix))).map(|(k, v)| (format!("{}{k}", r.prefix), v))),
+                None if r.source.optional => {}
+                None => return Err(EnvRefError::Missing { kind: r.source.kind, name: r.source.name.clone() }),
+            }
+        }
+        let mut keyed: Vec<&EnvRef> = self.env_refs.iter().filter(|r| r.key.is_some()).collect();
+        keyed.sort_by_key(|r| r.index);
+        let mut keyed = keyed.into_iter().peekable();
+        let mut literals = self.env.iter().peekable();
+        let mut index = 0u32;
+        loop {
+            let next_keyed = keyed.peek().is_some_and(|r| r.index <= index);
+            if next_keyed || (literals.peek().is_none() && keyed.peek().is_some()) {
+                let Some(r) = keyed.next() else { break };
+                let (variable, key) = (r.variable.clone().unwrap_or_default(), r.key.clone().unwrap_or_default());
+                match fetch(&r.source)? {
+                    Some(data) => match data.get(&key) {
+                        Some(value) => out.push((variable, value.clone())),
+                        None if r.source.optional => {}
+                        None => return Err(EnvRefError::MissingKey { kind: r.source.kind, name: r.source.name.clone(), key, variable }),
+                    },
+                    None if r.source.optional => {}
+                    None => return Err(EnvRefError::Missing { kind: r.source.kind, name: r.source.name.clone() }),
+                }
+            } else if let Some(literal) = literals.next() {
+                out.push(literal.clone());
+            } else {
+                break;
+            }
+            index += 1;
+        }
+        Ok(out)
+    }
+
+    /// Adds Knative's runtime contract variables after the container's own (upstream's
+    /// webhook reserves their names): `PORT` (the declared port, else 8080), `K_REVISION`,
+    /// `K_CONFIGURATION` and `K_SERVICE` (empty for a Revision no Service owns).
+    pub fn with_runtime_contract(mut self, revision: &str, configuration: &str, service: &str) -> Self {
+        let port = self.port.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT);
+        for (name, value) in [("PORT", port.to_string()), ("K_REVISION", revision.into()), ("K_CONFIGURATION", configuration.into()), ("K_SERVICE", service.into())] {
+            self.env.retain(|(n, _)| n != name);
+            self.env.push((name.to_string(), value));
+        }
+        self
+    }
+
     /// Deadline for a request: the earlier of the request and response-start timeouts
     /// (a fiber's response starts when the guest returns it whole).
     pub fn request_deadline(&self) -> Duration {
@@ -205,6 +357,7 @@ impl Default for FiberPolicy {
             timeouts: TimeoutPolicy::default(),
             memory_bytes: None,
             env: Vec::new(),
+            env_refs: Vec::new(),
             http2: false,
             port: None,
         }
@@ -288,7 +441,41 @@ mod env_list {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+
+    fn source(kind: EnvSourceKind, name: &str, optional: bool) -> EnvSource {
+        EnvSource { kind, name: name.into(), optional }
+    }
+
+    #[test]
+    fn references_resolve_in_kubelet_order_and_missing_ones_say_what_is_missing() {
+        let mut policy = FiberPolicy { env: vec![("A".into(), "1".into()), ("C".into(), "3".into())], ..FiberPolicy::default() };
+        policy.env_refs = vec![
+            EnvRef { source: source(EnvSourceKind::ConfigMap, "cfg", false), key: None, variable: None, index: 0, prefix: "P_".into() },
+            EnvRef { source: source(EnvSourceKind::Secret, "sec", false), key: Some("k".into()), variable: Some("B".into()), index: 1, prefix: String::new() },
+            EnvRef { source: source(EnvSourceKind::Secret, "gone", true), key: Some("k".into()), variable: Some("D".into()), index: 3, prefix: String::new() },
+        ];
+        let objects: BTreeMap<(EnvSourceKind, String), BTreeMap<String, String>> = [
+            ((EnvSourceKind::ConfigMap, "cfg".to_string()), [("x".to_string(), "cx".to_string()), ("1bad".to_string(), "no".to_string())].into()),
+            ((EnvSourceKind::Secret, "sec".to_string()), [("k".to_string(), "secret".to_string())].into()),
+        ]
+        .into();
+        let read = |s: &EnvSource| Ok::<_, String>(objects.get(&(s.kind, s.name.clone())).cloned());
+        let env = policy.resolve_env(read).unwrap_or_default();
+        let names: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(names, [("P_1bad", "no"), ("P_x", "cx"), ("A", "1"), ("B", "secret"), ("C", "3")]);
+
+        policy.env_refs[1].source.name = "absent".into();
+        let err = policy.resolve_env(read).unwrap_err();
+        assert_eq!(err.to_string(), "Secret \"absent\" does not exist (referenced by the container's env; mark it optional to start without it)");
+        policy.env_refs[1].source.name = "sec".into();
+        policy.env_refs[1].key = Some("other".into());
+        assert!(policy.resolve_env(read).unwrap_err().to_string().contains("has no key \"other\" (env B)"));
+        let failing = |_: &EnvSource| Err::<Option<BTreeMap<String, String>>, _>("forbidden".to_string());
+        assert!(matches!(policy.resolve_env(failing), Err(EnvRefError::Read { error, .. }) if error == "forbidden"));
+    }
 
     #[test]
     fn a_policy_round_trips_through_its_wire_form() {

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ContainerPort, EnvVar, HTTPHeader, LocalObjectReference, ResourceRequirements,
+    Capabilities, ContainerPort, EnvFromSource, EnvVar, HTTPHeader, LocalObjectReference, ResourceRequirements,
     SeccompProfile,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -166,6 +166,9 @@ pub struct Container {
     /// Environment variables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
+    /// Environment variables from every key of ConfigMaps and Secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_from: Option<Vec<EnvFromSource>>,
     /// Ports (Knative allows at most one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<ContainerPort>>,

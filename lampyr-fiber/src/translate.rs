@@ -30,7 +30,8 @@ use std::fmt;
 use std::time::Duration;
 
 use lampyr_api::duration::parse_go_duration;
-use lampyr_api::k8s::{Capabilities, EnvVar, ObjectMeta, ResourceRequirements, SeccompProfile};
+use lampyr_api::k8s::{Capabilities, EnvFromSource, EnvVar, ObjectMeta, ResourceRequirements, SeccompProfile};
+use lampyr_api::policy::{EnvRef, EnvSource, EnvSourceKind};
 use lampyr_api::keys;
 use lampyr_api::quantity::parse_quantity;
 use lampyr_api::serving::OtherFields;
@@ -174,20 +175,21 @@ fn translate_parts(
             problems: cx.problems,
         });
     }
-    let (memory_bytes, env, http2, port) = container;
+    let (memory_bytes, (env, env_refs), http2, port) = container;
     Ok(FiberPolicy {
         container_concurrency,
         scaling,
         timeouts,
         memory_bytes,
         env,
+        env_refs,
         http2,
         port,
     })
 }
 
 /// What the single container contributes to the policy.
-type ContainerPart = (Option<u64>, Vec<(String, String)>, bool, Option<u16>);
+type ContainerPart = (Option<u64>, (Vec<(String, String)>, Vec<EnvRef>), bool, Option<u16>);
 
 struct Checker<'c> {
     problems: Vec<FieldProblem>,
@@ -257,9 +259,6 @@ fn container_field_reason(field: &str) -> &'static str {
     match field {
         "command" | "args" => "a fiber starts no process: it resumes the snapshot's guest",
         "workingDir" | "volumeMounts" | "volumeDevices" => "a fiber has no filesystem",
-        "envFrom" => {
-            "only literal env entries are supported; ConfigMaps and Secrets are not read for fibers"
-        }
         "lifecycle" => "a fiber has no process to run hooks in",
         "stdin" | "stdinOnce" | "tty" => "a fiber has no terminal or standard input",
         "terminationMessagePath" | "terminationMessagePolicy" => {
@@ -631,7 +630,7 @@ impl Checker<'_> {
         match spec.containers.first() {
             None => {
                 self.invalid(containers, "exactly one container is required");
-                (None, Vec::new(), false, None)
+                (None, (Vec::new(), Vec::new()), false, None)
             }
             Some(c) => self.container(&format!("{containers}[0]"), c),
         }
@@ -639,7 +638,7 @@ impl Checker<'_> {
 
     fn container(&mut self, base: &str, c: &Container) -> ContainerPart {
         self.others(base, &c.other, container_field_reason);
-        let env = self.env(base, c.env.as_deref().unwrap_or_default());
+        let env = self.env(base, c.env.as_deref().unwrap_or_default(), c.env_from.as_deref().unwrap_or_default());
         let (http2, port) = self.ports(base, c);
         let memory = match &c.resources {
             Some(r) => self.resources(&format!("{base}.resources"), r),
@@ -660,24 +659,51 @@ impl Checker<'_> {
         (memory, env, http2, port)
     }
 
-    fn env(&mut self, base: &str, env: &[EnvVar]) -> Vec<(String, String)> {
+    /// Literal entries, and references to ConfigMaps and Secrets (resolved by fiberd).
+    fn env(&mut self, base: &str, env: &[EnvVar], env_from: &[EnvFromSource]) -> (Vec<(String, String)>, Vec<EnvRef>) {
         let mut out = Vec::with_capacity(env.len());
+        let mut refs = Vec::new();
+        for (i, from) in env_from.iter().enumerate() {
+            let path = format!("{base}.envFrom[{i}]");
+            let source = match (&from.config_map_ref, &from.secret_ref) {
+                (Some(c), None) => EnvSource { kind: EnvSourceKind::ConfigMap, name: c.name.clone(), optional: c.optional.unwrap_or(false) },
+                (None, Some(s)) => EnvSource { kind: EnvSourceKind::Secret, name: s.name.clone(), optional: s.optional.unwrap_or(false) },
+                _ => {
+                    self.invalid(path, "exactly one of configMapRef and secretRef is required");
+                    continue;
+                }
+            };
+            refs.push(EnvRef { source, key: None, variable: None, index: 0, prefix: from.prefix.clone().unwrap_or_default() });
+        }
         for (i, var) in env.iter().enumerate() {
             let path = format!("{base}.env[{i}]");
             if var.name.is_empty() {
                 self.invalid(format!("{path}.name"), "must not be empty");
             }
-            if var.value_from.is_some() {
-                self.unsupported(
-                    format!("{path}.valueFrom"),
-                    "only literal values are supported; ConfigMap, Secret, field and resource \
-                     references are not resolved for fibers",
-                );
+            let Some(from) = &var.value_from else {
+                out.push((var.name.clone(), var.value.clone().unwrap_or_default()));
                 continue;
-            }
-            out.push((var.name.clone(), var.value.clone().unwrap_or_default()));
+            };
+            let (source, key) = match (&from.config_map_key_ref, &from.secret_key_ref, &from.field_ref, &from.resource_field_ref) {
+                (Some(c), None, None, None) => {
+                    (EnvSource { kind: EnvSourceKind::ConfigMap, name: c.name.clone(), optional: c.optional.unwrap_or(false) }, c.key.clone())
+                }
+                (None, Some(s), None, None) => {
+                    (EnvSource { kind: EnvSourceKind::Secret, name: s.name.clone(), optional: s.optional.unwrap_or(false) }, s.key.clone())
+                }
+                _ => {
+                    self.unsupported(
+                        format!("{path}.valueFrom"),
+                        "only configMapKeyRef and secretKeyRef are resolved for fibers; field and resource \
+                         references describe a Pod, which a fiber is not",
+                    );
+                    continue;
+                }
+            };
+            let at = u32::try_from(i).unwrap_or(u32::MAX);
+            refs.push(EnvRef { source, key: Some(key), variable: Some(var.name.clone()), index: at, prefix: String::new() });
         }
-        out
+        (out, refs)
     }
 
     fn ports(&mut self, base: &str, c: &Container) -> (bool, Option<u16>) {
@@ -1138,6 +1164,7 @@ mod tests {
                 },
                 memory_bytes: None,
                 env: Vec::new(),
+                env_refs: Vec::new(),
                 http2: false,
                 port: None,
             }
@@ -1812,20 +1839,38 @@ mod tests {
                 ("EMPTY".to_owned(), String::new()),
             ]
         );
-        let e = err(&with_container(json!({"image": "x", "env": [
-            {"name": "A", "value": "1"},
-            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-            {"name": "", "value": "x"},
-        ]})));
+        // ConfigMap and Secret references travel as references, in declaration order.
+        let p = ok(&with_container(json!({"image": "x",
+            "envFrom": [{"prefix": "CFG_", "configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "sec", "optional": true}}],
+            "env": [
+                {"name": "A", "value": "1"},
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "mode", "optional": true}}},
+            ]
+        })));
+        assert_eq!(p.env, [("A".to_owned(), "1".to_owned())]);
+        let refs: Vec<_> = p
+            .env_refs
+            .iter()
+            .map(|r| (r.source.kind, r.source.name.as_str(), r.source.optional, r.key.as_deref(), r.variable.as_deref(), r.index, r.prefix.as_str()))
+            .collect();
         assert_eq!(
-            e.paths(),
+            refs,
             [
-                format!("{C0}.env[1].valueFrom"),
-                format!("{C0}.env[2].name")
+                (EnvSourceKind::ConfigMap, "cfg", false, None, None, 0, "CFG_"),
+                (EnvSourceKind::Secret, "sec", true, None, None, 0, ""),
+                (EnvSourceKind::Secret, "s", false, Some("k"), Some("TOKEN"), 1, ""),
+                (EnvSourceKind::ConfigMap, "c", true, Some("mode"), Some("MODE"), 2, ""),
             ]
         );
-        assert_eq!(e.problems[0].kind, ProblemKind::Unsupported);
-        assert!(e.problems[0].reason.contains("only literal values"), "{e}");
+        let e = err(&with_container(json!({"image": "x", "env": [
+            {"name": "A", "value": "1"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "", "value": "x"},
+        ], "envFrom": [{"prefix": "X"}]})));
+        assert_eq!(e.paths(), [format!("{C0}.envFrom[0]"), format!("{C0}.env[1].valueFrom"), format!("{C0}.env[2].name")]);
+        assert_eq!(e.problems[1].kind, ProblemKind::Unsupported);
+        assert!(e.problems[1].reason.contains("only configMapKeyRef and secretKeyRef"), "{e}");
     }
 
     #[test]
@@ -1889,7 +1934,6 @@ mod tests {
             format!("{C0}.args"),
             format!("{C0}.workingDir"),
             format!("{C0}.volumeMounts"),
-            format!("{C0}.envFrom"),
             format!("{C0}.lifecycle"),
             format!("{C0}.tty"),
             format!("{C0}.env[0].valueFrom"),

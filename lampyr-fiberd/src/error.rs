@@ -93,6 +93,9 @@ pub enum LoadError {
         /// Why it failed.
         source: Box<RegistryError>,
     },
+    /// An environment reference (ConfigMap or Secret) cannot be resolved (retried with backoff).
+    #[error("environment: {0}")]
+    Env(String),
     /// The fleet key is unusable.
     #[error("fleet key: {0}")]
     FleetKey(#[from] FleetKeyError),

@@ -46,6 +46,10 @@ impl Loader {
         let spec = &home.spec;
         let mut policy = spec.policy.clone();
         policy.scaling = self.scaling(&spec.policy.scaling, &key_of(home))?;
+        if !policy.env_refs.is_empty() {
+            policy.env = self.resolve_env(home).await?;
+            policy.env_refs.clear();
+        }
         let (repo, digest) = registry_ref("spec.artifact", &spec.artifact)?;
         let artifact = match &spec.sealed_template {
             Some(template) => self.open_sealed(template, &digest).await?,
@@ -69,6 +73,52 @@ impl Loader {
         let pool = revision_pool(&artifact, &policy, &spec.revision_name, unbounded, account, self.metrics.clone())
             .map_err(|e| LoadError::Pool { artifact: artifact.digest.clone(), source: Box::new(e) })?;
         LocalBackend::start(pool, policy.scaling, self.scaler.clone()).await.map_err(LoadError::Start)
+    }
+
+    /// The Home's environment with its ConfigMap and Secret references read from its
+    /// namespace (each object once), as a kubelet resolves a container's.
+    async fn resolve_env(&self, home: &Home) -> Result<Vec<(String, String)>, LoadError> {
+        let namespace = home.metadata.namespace.clone().unwrap_or_default();
+        let policy = &home.spec.policy;
+        let mut objects = std::collections::BTreeMap::new();
+        for source in policy.env_refs.iter().map(|r| &r.source) {
+            if !objects.contains_key(&(source.kind, source.name.clone())) {
+                let data = self.read_env_source(&namespace, source).await;
+                objects.insert((source.kind, source.name.clone()), data);
+            }
+        }
+        policy
+            .resolve_env(|source| objects.get(&(source.kind, source.name.clone())).cloned().unwrap_or(Ok(None)))
+            .map_err(|e| LoadError::Env(format!("in namespace {namespace}: {e}")))
+    }
+
+    /// A ConfigMap's or Secret's data as text (`None` when it does not exist).
+    async fn read_env_source(
+        &self,
+        namespace: &str,
+        source: &lampyr_api::policy::EnvSource,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>, String> {
+        use lampyr_api::policy::EnvSourceKind;
+        let text = |bytes: &k8s_openapi::ByteString| String::from_utf8_lossy(&bytes.0).into_owned();
+        let forbidden = |e: kube::Error| format!("{e} (fiberd's service account needs get on it: the ClusterRole lampyr-fiberd)");
+        match source.kind {
+            EnvSourceKind::ConfigMap => {
+                let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+                Ok(api.get_opt(&source.name).await.map_err(forbidden)?.map(|cm| {
+                    let mut data = cm.data.unwrap_or_default();
+                    data.extend(cm.binary_data.unwrap_or_default().iter().map(|(k, v)| (k.clone(), text(v))));
+                    data
+                }))
+            }
+            EnvSourceKind::Secret => {
+                let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+                Ok(api
+                    .get_opt(&source.name)
+                    .await
+                    .map_err(forbidden)?
+                    .map(|secret| secret.data.unwrap_or_default().iter().map(|(k, v)| (k.clone(), text(v))).collect()))
+            }
+        }
     }
 
     /// The scaling bounds this instance applies to a Home with `scaling`: its share when

@@ -34,6 +34,9 @@ unsafe extern "Rust" {
     fn __lampyr_handle(req: Request) -> Response;
     /// Defined by [`entry!`] in the guest binary; runs once before the snapshot.
     fn __lampyr_init();
+    /// Defined by [`entry!`] in the guest binary; runs once per Revision, after its
+    /// environment is set and before the Revision's template snapshot.
+    fn __lampyr_start();
 }
 
 /// Environment variables of the Revision (its `env`), set before the first request.
@@ -47,6 +50,15 @@ pub mod env {
     pub fn vars() -> &'static [(alloc::string::String, alloc::string::String)] {
         super::ENV.get().map(|env| env.vars.as_slice()).unwrap_or(&[])
     }
+}
+
+/// Waits `ms` milliseconds (at most 600 s) in the host, off the CPU, and returns how
+/// long it waited: less when the request was interrupted (its deadline passed or its
+/// client went away), after which the guest is stopped. There is no clock in a fiber;
+/// this is how a handler waits, as upstream's test images sleep. Returns 0 on a host
+/// that does not offer it.
+pub fn sleep_ms(ms: u64) -> u64 {
+    hyperlight_guest_bin::host_comm::call_host::<u64>("LampyrSleep", (ms,)).unwrap_or(0)
 }
 
 /// Test support: make the current request return `frame` verbatim instead of
@@ -75,6 +87,9 @@ fn lampyr_configure(frame: Vec<u8>) -> String {
     match decode_env(&frame, &Limits::for_body(0)) {
         Ok(env) => {
             ENV.call_once(|| env);
+            // SAFETY: as for `lampyr_init`; `__lampyr_start` is the guest's `start`.
+            // A panic here aborts the call: the Revision's template does not load.
+            unsafe { __lampyr_start() };
             String::new()
         }
         Err(e) => format!("environment frame refused: {e}"),
@@ -99,13 +114,22 @@ fn lampyr_handle(frame: Vec<u8>) -> Vec<u8> {
 }
 
 /// Declares the guest's request handler, and optionally an `init` function
-/// that runs once when the snapshot is built (its effects are in every fiber).
+/// that runs once when the snapshot is built (its effects are in every fiber)
+/// and a `start` function that runs once per Revision with its environment set
+/// (`env::var` works; its effects are in every fiber of that Revision; a panic
+/// there fails the Revision, as a container that exits at start would).
 #[macro_export]
 macro_rules! entry {
     ($handler:path) => {
-        $crate::entry!($handler, init = $crate::__no_init);
+        $crate::entry!($handler, init = $crate::__no_init, start = $crate::__no_init);
     };
     ($handler:path, init = $init:path) => {
+        $crate::entry!($handler, init = $init, start = $crate::__no_init);
+    };
+    ($handler:path, start = $start:path) => {
+        $crate::entry!($handler, init = $crate::__no_init, start = $start);
+    };
+    ($handler:path, init = $init:path, start = $start:path) => {
         #[unsafe(no_mangle)]
         fn __lampyr_handle(req: $crate::Request) -> $crate::Response {
             $handler(req)
@@ -114,9 +138,13 @@ macro_rules! entry {
         fn __lampyr_init() {
             $init()
         }
+        #[unsafe(no_mangle)]
+        fn __lampyr_start() {
+            $start()
+        }
     };
 }
 
-/// The default, empty `init`.
+/// The default, empty `init` and `start`.
 #[doc(hidden)]
 pub fn __no_init() {}

@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod cluster;
 pub mod fiberd_backend;
+mod forwarded;
 pub mod http_backend;
 pub mod kingress;
 pub mod local;

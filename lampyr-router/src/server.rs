@@ -194,7 +194,7 @@ impl Router {
     }
 
     /// Answers one request arriving on a listener exposing `exposure`.
-    pub async fn handle_exposed(&self, mut req: hyper::Request<Incoming>, _peer: SocketAddr, exposure: Exposure) -> Resp {
+    pub async fn handle_exposed(&self, mut req: hyper::Request<Incoming>, peer: SocketAddr, exposure: Exposure) -> Resp {
         if let Some(hash) = probe_hash(req.headers()) {
             let mut resp = text(StatusCode::OK, "");
             if let Some(hash) = hash {
@@ -207,6 +207,7 @@ impl Router {
             Ok(entry) => entry,
             Err(resp) => return resp,
         };
+        crate::forwarded::add(req.headers_mut(), peer.ip().to_canonical(), "http");
         self.serve_revision(&entry, req).await
     }
 

@@ -10,7 +10,7 @@ use lampyr_fiber::artifact::{BuildOptions, build_artifact};
 use lampyr_fiber::registry::RegistryClient;
 use lampyr_fiber::seal::{FleetKey, seal_artifact};
 
-use crate::guests::{example_elf, test_guest_elf};
+use crate::guests::{conformance_guest_elf, example_elf, test_guest_elf};
 use crate::registry::TestRegistry;
 
 /// Prefix of each test process's artifact directory; the pid follows.
@@ -47,6 +47,12 @@ pub fn example_artifact(name: &str, max_body: u64) -> Artifact {
 /// built once per process like [`example_artifact`].
 pub fn test_guest_artifact(name: &str, max_body: u64) -> Artifact {
     cached_artifact(&format!("testing-{name}"), max_body, || test_guest_elf(name))
+}
+
+/// The artifact of conformance guest `name` (`examples/conformance`), built once per
+/// process like [`example_artifact`].
+pub fn conformance_artifact(name: &str, max_body: u64) -> Artifact {
+    cached_artifact(&format!("conformance-{name}"), max_body, || conformance_guest_elf(name))
 }
 
 /// The artifact `key` of the guest `elf` returns, built on first use.

@@ -39,3 +39,8 @@ pub fn example_elf(name: &str) -> PathBuf {
 pub fn test_guest_elf(name: &str) -> PathBuf {
     build_cached(format!("testing/{name}"), GuestBuild::new(repo_root().join("examples/testing")).bin(name))
 }
+
+/// The ELF of conformance guest `name` (`examples/conformance`: `helloworld`, `runtime`, …), built on first use.
+pub fn conformance_guest_elf(name: &str) -> PathBuf {
+    build_cached(format!("conformance/{name}"), GuestBuild::new(repo_root().join("examples/conformance")).bin(name))
+}

@@ -11,6 +11,7 @@
 pub mod artifacts;
 pub mod bins;
 pub mod cluster;
+pub mod conformance;
 pub mod containerd;
 pub mod guests;
 pub mod installed;
@@ -22,11 +23,11 @@ pub mod runtime_images;
 mod shared;
 pub mod stack;
 
-pub use artifacts::{Artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};
+pub use artifacts::{Artifact, conformance_artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};
 pub use bins::workspace_binary;
 pub use cluster::{Cluster, Placement, Process};
 pub use knative_services::{PATIENCE, Serving, knative_service};
-pub use guests::{example_elf, repo_root, require_kvm, test_guest_elf};
+pub use guests::{conformance_guest_elf, example_elf, repo_root, require_kvm, test_guest_elf};
 pub use registry::TestRegistry;
 pub use installed::InstalledLampyr;
 pub use node::Node;

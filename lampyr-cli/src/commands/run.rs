@@ -181,8 +181,19 @@ async fn load_revision(
     scaler: &ScalerConfig,
     ui: &Mutex<Ui>,
 ) -> Result<(RevisionEntry, String), CliError> {
+    let name = service.metadata.name.as_deref().unwrap_or_default();
     let policy = lampyr_fiber::translate::translate(&service.spec.template)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", source.manifest.display())))?;
+        .map_err(|e| CliError::Usage(format!("{}: {e}", source.manifest.display())))?
+        .with_runtime_contract(revision, name, name);
+    if let Some(reference) = policy.env_refs.first() {
+        return Err(CliError::Usage(format!(
+            "{}: the environment reads {:?} {:?}: ConfigMaps and Secrets are read in a cluster (fiberd resolves them when it \
+             loads the Revision); `ly run` has none, so give the variables literal values to run locally",
+            source.manifest.display(),
+            reference.source.kind,
+            reference.source.name
+        )));
+    }
     let artifact = {
         let mut ui = ui.lock().map_err(|_| CliError::Usage("terminal lock poisoned".into()))?;
         artifact_for(source, service, &policy, &mut ui)?

@@ -90,6 +90,7 @@ pub fn lampyr_builder(builder: SandboxBuilder, s: &SandboxSizes) -> SandboxBuild
         .h2g_pool_pages(s.pool_pages as usize)
         .g2h_pool_pages(s.pool_pages as usize)
         .host_print(crate::runtime::host::guest_print)
+        .host_function(crate::runtime::host::SLEEP_FUNCTION, crate::runtime::host::guest_sleep)
 }
 
 /// Boots `elf` in a sandbox sized by `opts`, checks it speaks Lampyr's ABI,

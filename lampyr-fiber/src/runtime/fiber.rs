@@ -61,7 +61,8 @@ impl Fiber {
     /// Runs one request frame; returns the outcome and the time spent in the guest.
     pub fn call(&mut self, frame: Vec<u8>, template: &Template, state: &CallState) -> (CallOutcome, Duration) {
         let started = Instant::now();
-        let result = self.sandbox.call::<Vec<u8>>(HANDLE_FUNCTION, frame);
+        let sandbox = &mut self.sandbox;
+        let result = super::host::with_call(state.interruption(), || sandbox.call::<Vec<u8>>(HANDLE_FUNCTION, frame));
         let guest_time = started.elapsed();
         let outcome = match result {
             Ok(bytes) => match decode_response(&bytes, &template.response_limits()) {

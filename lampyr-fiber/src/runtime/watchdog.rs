@@ -31,7 +31,25 @@ pub enum KillReason {
 pub struct CallState {
     handle: OnceLock<Arc<dyn InterruptHandle>>,
     returned: AtomicBool,
-    reason: AtomicU8,
+    reason: Arc<AtomicU8>,
+}
+
+/// Whether a call was interrupted, readable from the thread running it (a host
+/// function the guest called, such as `LampyrSleep`).
+#[derive(Clone, Debug)]
+pub struct Interruption(Arc<AtomicU8>);
+
+impl Interruption {
+    /// Whether the call was interrupted (deadline passed or caller gone).
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire) != KillReason::None as u8
+    }
+}
+
+impl From<Arc<AtomicU8>> for Interruption {
+    fn from(reason: Arc<AtomicU8>) -> Self {
+        Interruption(reason)
+    }
 }
 
 impl CallState {
@@ -43,6 +61,11 @@ impl CallState {
     /// Marks the guest call as returned; the watchdog stops killing.
     pub fn mark_returned(&self) {
         self.returned.store(true, Ordering::Release);
+    }
+
+    /// The call's interruption flag, for the thread running it.
+    pub fn interruption(&self) -> Interruption {
+        Interruption(Arc::clone(&self.reason))
     }
 
     /// Why the call was interrupted, if it was.

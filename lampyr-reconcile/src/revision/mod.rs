@@ -478,7 +478,9 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     let template = RevisionTemplateSpec { metadata: rev.metadata.clone(), spec: rev.spec.clone() };
     let autoscaler = ctx.autoscaler.current();
     let policy = match translate_with(&template, &autoscaler, Rules::Admitted) {
-        Ok(mut policy) => {
+        Ok(policy) => {
+            let label = |key: &str| rev.labels().get(key).cloned().unwrap_or_default();
+            let mut policy = policy.with_runtime_contract(&name, &label(keys::CONFIGURATION_LABEL), &label(keys::SERVICE_LABEL));
             policy.scaling.cluster = Some(autoscaler.cluster_scaling());
             Some(policy)
         }

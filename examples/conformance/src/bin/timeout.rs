@@ -1,0 +1,32 @@
+//! Knative's `timeout` test image as a fiber: waits `initialTimeout` ms, then `timeout`
+//! ms, then answers `Slept for <timeout> milliseconds` (no newline). Upstream writes its
+//! headers between the two waits; a fiber's response starts only when the guest returns
+//! it whole (docs/conformance.md lists what that changes).
+#![no_std]
+#![no_main]
+
+use alloc::format;
+
+use lampyr_guest::{Request, Response};
+
+extern crate alloc;
+
+/// The integer value of query parameter `name`; 0 when absent or not an integer, as upstream.
+fn millis(req: &Request, name: &str) -> u64 {
+    let query = req.query().unwrap_or("");
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
+}
+
+fn handle(req: Request) -> Response {
+    lampyr_guest::sleep_ms(millis(&req, "initialTimeout"));
+    let timeout = millis(&req, "timeout");
+    lampyr_guest::sleep_ms(timeout);
+    Response::new(200).with_body(format!("Slept for {timeout} milliseconds"))
+}
+
+lampyr_guest::entry!(handle);

@@ -1,0 +1,129 @@
+//! The fiber stand-ins for Knative's conformance test images (`examples/conformance`) answer
+//! as upstream's images do, byte for byte where the suites compare, under /dev/kvm; and the
+//! host functions they use: `LampyrSleep` waits and ends at the request deadline, and a guest
+//! whose `start` panics does not load (upstream's `failing`).
+
+use std::time::Duration;
+
+use lampyr_abi::{Env, Header, Request, Response};
+use lampyr_fiber::artifact::{BuildOptions, build_artifact, verify_layout};
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::{FiberPool, InvokeError, PoolConfig, Template};
+use lampyr_testenv::conformance_guest_elf;
+use lampyr_testenv::require_kvm;
+use tokio::time::Instant;
+
+/// A pool of guest `name` with `env` (a temporary artifact); the error when it does not load.
+fn pool(name: &str, env: &[(&str, &str)]) -> Result<(tempfile::TempDir, FiberPool), String> {
+    require_kvm();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let layout = dir.path().join("artifact");
+    let built = build_artifact(&conformance_guest_elf(name), &layout, &BuildOptions::default()).expect("artifact builds");
+    let artifact = verify_layout(&layout, Some(&built.digest)).expect("artifact verifies");
+    let env = Env { vars: env.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect() };
+    let template = Template::load(&artifact, &env).map_err(|e| e.to_string())?;
+    let config = PoolConfig { revision: format!("{name}-00001"), max_fibers: 2, queue_capacity: 8, capacity: None };
+    Ok((dir, FiberPool::new(template, config, RuntimeMetrics::default())))
+}
+
+fn get(uri: &str, headers: &[(&str, &str)]) -> Request {
+    let headers = headers.iter().map(|(n, v)| Header { name: (*n).into(), value: v.as_bytes().to_vec() }).collect();
+    Request { method: "GET".into(), uri: uri.into(), headers, ..Request::default() }
+}
+
+async fn answer(pool: &FiberPool, req: Request) -> Response {
+    pool.invoke(req, Instant::now() + Duration::from_secs(60)).await.expect("answers")
+}
+
+fn body(resp: &Response) -> &str {
+    std::str::from_utf8(&resp.body).expect("UTF-8")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fixed_bodies_match_upstreams_images_byte_for_byte() {
+    for (name, expected) in [
+        ("helloworld", "Hello World! How about some tasty noodles?\n"),
+        ("pizzaplanetv1", "What a spaceport!"),
+        ("pizzaplanetv2", "Re-energize yourself with a slice of pepperoni!"),
+    ] {
+        let (_dir, pool) = pool(name, &[]).expect("loads");
+        for uri in ["/", "/any/path?x=1"] {
+            let resp = answer(&pool, get(uri, &[])).await;
+            assert_eq!((resp.status, body(&resp)), (200, expected), "{name} {uri}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_timeout_guest_sleeps_and_the_deadline_interrupts_a_sleep() {
+    let (_dir, pool) = pool("timeout", &[("PORT", "8080")]).expect("loads");
+    let started = std::time::Instant::now();
+    let resp = answer(&pool, get("/?initialTimeout=200&timeout=300", &[])).await;
+    assert_eq!((resp.status, body(&resp)), (200, "Slept for 300 milliseconds"));
+    assert!(started.elapsed() >= Duration::from_millis(500), "it waited both: {:?}", started.elapsed());
+
+    // A sleep past the deadline ends there, and the call is interrupted: no 60 s wait.
+    let started = std::time::Instant::now();
+    let err = pool.invoke(get("/?timeout=60000", &[]), Instant::now() + Duration::from_millis(300)).await.expect_err("times out");
+    assert!(matches!(err, InvokeError::Timeout), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(20), "interrupted at the deadline, not after the sleep: {:?}", started.elapsed());
+    let resp = answer(&pool, get("/", &[])).await;
+    assert_eq!(body(&resp), "Slept for 0 milliseconds", "the fiber serves again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn autoscale_parses_like_upstream_and_answers_each_part() {
+    let (_dir, pool) = pool("autoscale", &[]).expect("loads");
+    let resp = answer(&pool, get("/", &[])).await;
+    assert_eq!((resp.status, body(&resp)), (200, ""));
+    let resp = answer(&pool, get("/?sleep=20&prime=100&bloat=1", &[])).await;
+    assert_eq!(resp.status, 200);
+    let text = body(&resp);
+    assert!(text.starts_with("Slept for 2") && text.contains("ms.\n"), "{text}");
+    assert!(text.contains("The largest prime less than 100 is 97.\n") && text.ends_with("Allocated 1 Mb of memory.\n"), "{text}");
+    for (query, message) in [
+        ("sleep=abc", "time: invalid duration \"abc\"\n"),
+        ("sleep=-1", "Negative query params are not supported\n"),
+        ("prime=0", "Non-positive query params are not supported\n"),
+        ("bloat=-2", "Non-positive durations are not supported\n"),
+    ] {
+        let resp = answer(&pool, get(&format!("/?{query}"), &[])).await;
+        assert_eq!((resp.status, body(&resp)), (400, message), "{query}");
+    }
+    // More than the heap holds aborts the guest: the host answers 502 and keeps serving.
+    let err = pool.invoke(get("/?bloat=500", &[]), Instant::now() + Duration::from_secs(60)).await.expect_err("too much");
+    assert_eq!(err.http_status(), 502, "{err:?}");
+    assert_eq!(answer(&pool, get("/", &[])).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn singlethreaded_answers_one_at_a_time() {
+    let (_dir, pool) = pool("singlethreaded", &[]).expect("loads");
+    let resp = answer(&pool, get("/", &[])).await;
+    assert_eq!((resp.status, body(&resp)), (200, "One at a time"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_does_not_load_and_says_why() {
+    let err = pool("failing", &[("PORT", "8080")]).err().expect("a guest whose start panics does not load");
+    assert!(err.contains("Crashed..."), "the panic's message reaches the load error: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runtime_reports_the_request_and_environment_as_go_would() {
+    let (_dir, pool) = pool("runtime", &[("PORT", "8080"), ("K_SERVICE", "svc"), ("QUOTE", "a\"b")]).expect("loads");
+    let headers = [("host", "svc.ns.example"), ("x-b3-spanid", "0123456789abcdef"), ("accept", "*/*"), ("accept", "text/plain")];
+    let resp = answer(&pool, get("/p?q=1", &headers)).await;
+    assert_eq!(resp.status, 200);
+    let info: serde_json::Value = serde_json::from_slice(&resp.body).expect("JSON");
+    assert_eq!(info["request"]["uri"], "/p?q=1");
+    assert_eq!(info["request"]["host"], "svc.ns.example");
+    assert_eq!(info["request"]["method"], "GET");
+    assert_eq!(info["request"]["headers"]["X-B3-Spanid"], serde_json::json!(["0123456789abcdef"]), "Go's canonical key");
+    assert_eq!(info["request"]["headers"]["Accept"], serde_json::json!(["*/*", "text/plain"]), "repeated fields kept");
+    assert!(info["request"]["headers"].get("Host").is_none(), "the host is request.host, as in Go");
+    assert_eq!(info["host"]["envs"]["K_SERVICE"], "svc");
+    assert_eq!(info["host"]["envs"]["QUOTE"], "a\"b");
+    assert_eq!(info["host"]["stdin"]["error"], "a fiber has no standard input", "what a fiber lacks is said, not invented");
+    assert!(info["host"].get("user").is_none() && info["request"].get("protoMajor").is_none());
+}
