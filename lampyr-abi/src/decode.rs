@@ -4,7 +4,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::frame::{Env, Header, Limits, Request, Response};
+use crate::frame::{Env, Header, HttpVersion, Limits, Request, Response};
 use crate::{ABI_VERSION, ENV_MAGIC, REQUEST_MAGIC, RESPONSE_MAGIC};
 
 /// Why a frame was refused: what was wrong, in which field, at which byte offset.
@@ -141,7 +141,8 @@ impl<'a> Reader<'a> {
             .map_err(|_| DecodeError::NotUtf8 { field, offset })
     }
 
-    fn preamble(&mut self, magic: [u8; 4], limits: &Limits) -> Result<(), DecodeError> {
+    /// Checks the magic and version; returns the flags.
+    fn preamble(&mut self, magic: [u8; 4], limits: &Limits) -> Result<u16, DecodeError> {
         if self.buf.len() > limits.max_frame {
             return Err(DecodeError::FrameTooLarge { len: self.buf.len(), max: limits.max_frame });
         }
@@ -152,8 +153,7 @@ impl<'a> Reader<'a> {
         if version != ABI_VERSION {
             return Err(DecodeError::UnsupportedVersion { found: version });
         }
-        self.u16("flags")?;
-        Ok(())
+        self.u16("flags")
     }
 
     /// A count, refused above `max` before anything is allocated for it.
@@ -187,13 +187,13 @@ impl<'a> Reader<'a> {
 /// Decodes a request frame within `limits`.
 pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Request, DecodeError> {
     let mut r = Reader { buf, pos: 0 };
-    r.preamble(REQUEST_MAGIC, limits)?;
+    let flags = r.preamble(REQUEST_MAGIC, limits)?;
     let method = r.string(false, limits.max_name, "method")?;
     let uri = r.string(true, limits.max_value, "uri")?;
     let headers = r.headers(limits)?;
     let body = r.bytes(true, limits.max_body, "body")?.to_vec();
     r.finish()?;
-    Ok(Request { method, uri, headers, body })
+    Ok(Request { method, uri, headers, body, version: HttpVersion::from_flags(flags) })
 }
 
 /// Decodes a response frame within `limits`.
@@ -213,7 +213,7 @@ pub fn decode_response(buf: &[u8], limits: &Limits) -> Result<Response, DecodeEr
 /// Decodes an environment frame within `limits` (`max_headers` bounds the variable count).
 pub fn decode_env(buf: &[u8], limits: &Limits) -> Result<Env, DecodeError> {
     let mut r = Reader { buf, pos: 0 };
-    r.preamble(ENV_MAGIC, limits)?;
+    let flags = r.preamble(ENV_MAGIC, limits)?;
     let n = r.count(limits.max_headers, "variable count")?;
     let mut vars = Vec::with_capacity(n);
     for _ in 0..n {
@@ -221,6 +221,14 @@ pub fn decode_env(buf: &[u8], limits: &Limits) -> Result<Env, DecodeError> {
         let value = r.string(true, limits.max_value, "variable value")?;
         vars.push((name, value));
     }
+    let mut args = Vec::new();
+    if flags & 1 != 0 {
+        let n = r.count(limits.max_headers, "argument count")?;
+        args.reserve(n);
+        for _ in 0..n {
+            args.push(r.string(true, limits.max_value, "argument")?);
+        }
+    }
     r.finish()?;
-    Ok(Env { vars })
+    Ok(Env { vars, args })
 }

@@ -8,7 +8,7 @@ use crate::{ABI_VERSION, ENV_MAGIC, REQUEST_MAGIC, RESPONSE_MAGIC};
 /// Encodes a request frame.
 pub fn encode_request(req: &Request) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + req.uri.len() + req.body.len() + headers_len(&req.headers));
-    preamble(&mut out, REQUEST_MAGIC);
+    preamble(&mut out, REQUEST_MAGIC, req.version.flags());
     put_u16_bytes(&mut out, req.method.as_bytes());
     put_u32_bytes(&mut out, req.uri.as_bytes());
     put_headers(&mut out, &req.headers);
@@ -19,7 +19,7 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
 /// Encodes a response frame.
 pub fn encode_response(resp: &Response) -> Vec<u8> {
     let mut out = Vec::with_capacity(32 + resp.body.len() + headers_len(&resp.headers));
-    preamble(&mut out, RESPONSE_MAGIC);
+    preamble(&mut out, RESPONSE_MAGIC, 0);
     out.extend_from_slice(&resp.status.to_le_bytes());
     put_headers(&mut out, &resp.headers);
     put_u32_bytes(&mut out, &resp.body);
@@ -29,19 +29,27 @@ pub fn encode_response(resp: &Response) -> Vec<u8> {
 /// Encodes an environment frame.
 pub fn encode_env(env: &Env) -> Vec<u8> {
     let mut out = Vec::new();
-    preamble(&mut out, ENV_MAGIC);
+    // Flag bit 0: an argument list follows the variables (only then, so a guest built
+    // before arguments were carried still reads the frames of Revisions without any).
+    preamble(&mut out, ENV_MAGIC, u16::from(!env.args.is_empty()));
     put_len_u32(&mut out, env.vars.len());
     for (name, value) in &env.vars {
         put_u16_bytes(&mut out, name.as_bytes());
         put_u32_bytes(&mut out, value.as_bytes());
     }
+    if !env.args.is_empty() {
+        put_len_u32(&mut out, env.args.len());
+        for arg in &env.args {
+            put_u32_bytes(&mut out, arg.as_bytes());
+        }
+    }
     out
 }
 
-fn preamble(out: &mut Vec<u8>, magic: [u8; 4]) {
+fn preamble(out: &mut Vec<u8>, magic: [u8; 4], flags: u16) {
     out.extend_from_slice(&magic);
     out.extend_from_slice(&ABI_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes()); // flags, reserved
+    out.extend_from_slice(&flags.to_le_bytes());
 }
 
 fn headers_len(headers: &[Header]) -> usize {

@@ -23,6 +23,54 @@ pub struct Request {
     pub headers: Vec<Header>,
     /// The whole request body.
     pub body: Vec<u8>,
+    /// The HTTP version of the request the host received (the hop into the guest), when it said.
+    pub version: HttpVersion,
+}
+
+/// An HTTP version, as a request frame's flags carry it (bits 0-1; 0 when the host did not say).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HttpVersion {
+    /// Not given (a host before this field, or a frame built by hand).
+    #[default]
+    Unknown,
+    /// HTTP/1.0.
+    Http10,
+    /// HTTP/1.1.
+    Http11,
+    /// HTTP/2 (h2c or h2).
+    Http2,
+}
+
+impl HttpVersion {
+    /// `(major, minor)`, when known.
+    pub fn numbers(self) -> Option<(u8, u8)> {
+        match self {
+            HttpVersion::Unknown => None,
+            HttpVersion::Http10 => Some((1, 0)),
+            HttpVersion::Http11 => Some((1, 1)),
+            HttpVersion::Http2 => Some((2, 0)),
+        }
+    }
+
+    /// The flag bits of a request frame.
+    pub(crate) fn flags(self) -> u16 {
+        match self {
+            HttpVersion::Unknown => 0,
+            HttpVersion::Http10 => 1,
+            HttpVersion::Http11 => 2,
+            HttpVersion::Http2 => 3,
+        }
+    }
+
+    /// From a request frame's flags (other bits are reserved and ignored).
+    pub(crate) fn from_flags(flags: u16) -> Self {
+        match flags & 0b11 {
+            1 => HttpVersion::Http10,
+            2 => HttpVersion::Http11,
+            3 => HttpVersion::Http2,
+            _ => HttpVersion::Unknown,
+        }
+    }
 }
 
 /// An HTTP response as a guest returns it.
@@ -36,11 +84,13 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// The Revision's environment variables, in declaration order.
+/// The Revision's environment variables, in declaration order, and its arguments.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Env {
     /// `(name, value)` pairs; a later duplicate name wins on lookup.
     pub vars: Vec<(String, String)>,
+    /// The container's `command` then `args` (empty when it has none).
+    pub args: Vec<String>,
 }
 
 /// Bounds a decoder enforces before allocating anything.

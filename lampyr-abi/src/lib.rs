@@ -15,7 +15,7 @@ mod frame;
 
 pub use decode::{DecodeError, decode_env, decode_request, decode_response};
 pub use encode::{encode_env, encode_request, encode_response};
-pub use frame::{Env, Header, Limits, Request, Response};
+pub use frame::{Env, Header, HttpVersion, Limits, Request, Response};
 
 /// Version of the frame format described in `docs/abi.md`.
 pub const ABI_VERSION: u16 = 1;

@@ -15,7 +15,22 @@ fn sample_request() -> Request {
             Header { name: "x-a".to_string(), value: b"2".to_vec() },
         ],
         body: b"hello".to_vec(),
+        version: HttpVersion::Http2,
     }
+}
+
+#[test]
+fn the_http_version_rides_in_the_flags_and_old_frames_say_unknown() {
+    for version in [HttpVersion::Unknown, HttpVersion::Http10, HttpVersion::Http11, HttpVersion::Http2] {
+        let req = Request { version, ..sample_request() };
+        assert_eq!(decode_request(&encode_request(&req), &Limits::default()).map(|r| r.version), Ok(version));
+    }
+    let mut frame = encode_request(&sample_request());
+    frame[6] = 0; // flags as a host before the field wrote them
+    assert_eq!(decode_request(&frame, &Limits::default()).map(|r| r.version), Ok(HttpVersion::Unknown));
+    frame[6] = 0b110; // reserved bits are ignored
+    assert_eq!(decode_request(&frame, &Limits::default()).map(|r| r.version), Ok(HttpVersion::Http11));
+    assert_eq!(HttpVersion::Http2.numbers(), Some((2, 0)));
 }
 
 #[test]
@@ -37,10 +52,16 @@ fn response_and_env_round_trip() {
         body: vec![0, 1, 2, 255],
     };
     assert_eq!(decode_response(&encode_response(&resp), &Limits::default()), Ok(resp));
-    let env = Env { vars: vec![("A".to_string(), "1".to_string()), ("A".to_string(), "2".to_string())] };
-    let decoded = decode_env(&encode_env(&env), &Limits::default()).expect("env decodes");
+    let env = Env { vars: vec![("A".to_string(), "1".to_string()), ("A".to_string(), "2".to_string())], ..Env::default() };
+    let frame = encode_env(&env);
+    assert_eq!(frame[6], 0, "no arguments: the frame a guest before arguments reads");
+    let decoded = decode_env(&frame, &Limits::default()).expect("env decodes");
     assert_eq!(decoded.get("A"), Some("2"));
     assert_eq!(decoded.get("B"), None);
+    let with_args = Env { args: vec!["/ko-app/runtime".to_string(), "".to_string(), "do".to_string()], ..env };
+    let frame = encode_env(&with_args);
+    assert_eq!(frame[6], 1, "flag bit 0: arguments follow");
+    assert_eq!(decode_env(&frame, &Limits::default()), Ok(with_args));
 }
 
 #[test]

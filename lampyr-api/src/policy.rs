@@ -141,6 +141,10 @@ pub struct FiberPolicy {
     /// ([`FiberPolicy::resolve_env`]), so no value is ever written into a Home.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_refs: Vec<EnvRef>,
+    /// The guest's arguments: the container's `command`, then its `args` (a fiber has no
+    /// image entrypoint to put before `args` alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
     /// The first container port is named `h2c`: serve the Revision over HTTP/2 cleartext.
     #[serde(default)]
     pub http2: bool,
@@ -358,6 +362,7 @@ impl Default for FiberPolicy {
             memory_bytes: None,
             env: Vec::new(),
             env_refs: Vec::new(),
+            args: Vec::new(),
             http2: false,
             port: None,
         }

@@ -166,6 +166,12 @@ pub struct Container {
     /// Environment variables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
+    /// The entrypoint (for a fiber: the first arguments its guest is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Arguments (given to the guest after `command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
     /// Environment variables from every key of ConfigMaps and Secrets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_from: Option<Vec<EnvFromSource>>,

@@ -176,6 +176,7 @@ fn translate_parts(
         });
     }
     let (memory_bytes, (env, env_refs), http2, port) = container;
+    let args = spec.containers.first().map(|c| c.command.iter().chain(&c.args).flatten().cloned().collect()).unwrap_or_default();
     Ok(FiberPolicy {
         container_concurrency,
         scaling,
@@ -183,6 +184,7 @@ fn translate_parts(
         memory_bytes,
         env,
         env_refs,
+        args,
         http2,
         port,
     })
@@ -257,7 +259,6 @@ fn pod_field_reason(field: &str) -> &'static str {
 
 fn container_field_reason(field: &str) -> &'static str {
     match field {
-        "command" | "args" => "a fiber starts no process: it resumes the snapshot's guest",
         "workingDir" | "volumeMounts" | "volumeDevices" => "a fiber has no filesystem",
         "lifecycle" => "a fiber has no process to run hooks in",
         "stdin" | "stdinOnce" | "tty" => "a fiber has no terminal or standard input",
@@ -1165,6 +1166,7 @@ mod tests {
                 memory_bytes: None,
                 env: Vec::new(),
                 env_refs: Vec::new(),
+                args: Vec::new(),
                 http2: false,
                 port: None,
             }
@@ -1825,6 +1827,14 @@ mod tests {
     }
 
     #[test]
+    fn command_then_args_are_the_guests_arguments() {
+        let p = ok(&with_container(json!({"image": "x", "command": ["/ko-app/runtime", "abra"], "args": ["cadabra", "do"]})));
+        assert_eq!(p.args, ["/ko-app/runtime", "abra", "cadabra", "do"]);
+        assert_eq!(ok(&with_container(json!({"image": "x", "args": ["--serve"]}))).args, ["--serve"]);
+        assert!(ok(&with_container(json!({"image": "x"}))).args.is_empty());
+    }
+
+    #[test]
     fn env_literals_and_value_from() {
         let p = ok(&with_container(json!({"image": "x", "env": [
             {"name": "B", "value": "2"},
@@ -1930,8 +1940,6 @@ mod tests {
             format!("{spec}.securityContext.runAsUser"),
             format!("{spec}.securityContext.fsGroup"),
             format!("{spec}.containers[1]"),
-            format!("{C0}.command"),
-            format!("{C0}.args"),
             format!("{C0}.workingDir"),
             format!("{C0}.volumeMounts"),
             format!("{C0}.lifecycle"),
@@ -2057,7 +2065,7 @@ mod tests {
     fn revision_paths_start_at_the_revision() {
         let revision: Revision = serde_json::from_value(json!({
             "metadata": {"name": "hello-00001", "annotations": {"autoscaling.knative.dev/window": "1s"}},
-            "spec": {"containers": [{"image": "x", "command": ["/x"]}]},
+            "spec": {"containers": [{"image": "x", "workingDir": "/x"}]},
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         let e = match translate_revision(&revision) {
@@ -2068,7 +2076,7 @@ mod tests {
             e.paths(),
             [
                 "metadata.annotations[\"autoscaling.knative.dev/window\"]",
-                "spec.containers[0].command",
+                "spec.containers[0].workingDir",
             ]
         );
     }

@@ -15,12 +15,20 @@ use tokio::time::Instant;
 
 /// A pool of guest `name` with `env` (a temporary artifact); the error when it does not load.
 fn pool(name: &str, env: &[(&str, &str)]) -> Result<(tempfile::TempDir, FiberPool), String> {
+    pool_with_args(name, env, &[])
+}
+
+/// [`pool`] with the Revision's arguments.
+fn pool_with_args(name: &str, env: &[(&str, &str)], args: &[&str]) -> Result<(tempfile::TempDir, FiberPool), String> {
     require_kvm();
     let dir = tempfile::tempdir().expect("tempdir");
     let layout = dir.path().join("artifact");
     let built = build_artifact(&conformance_guest_elf(name), &layout, &BuildOptions::default()).expect("artifact builds");
     let artifact = verify_layout(&layout, Some(&built.digest)).expect("artifact verifies");
-    let env = Env { vars: env.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect() };
+    let env = Env {
+        vars: env.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
+        args: args.iter().map(|a| (*a).to_string()).collect(),
+    };
     let template = Template::load(&artifact, &env).map_err(|e| e.to_string())?;
     let config = PoolConfig { revision: format!("{name}-00001"), max_fibers: 2, queue_capacity: 8, capacity: None };
     Ok((dir, FiberPool::new(template, config, RuntimeMetrics::default())))
@@ -125,5 +133,14 @@ async fn runtime_reports_the_request_and_environment_as_go_would() {
     assert_eq!(info["host"]["envs"]["K_SERVICE"], "svc");
     assert_eq!(info["host"]["envs"]["QUOTE"], "a\"b");
     assert_eq!(info["host"]["stdin"]["error"], "a fiber has no standard input", "what a fiber lacks is said, not invented");
-    assert!(info["host"].get("user").is_none() && info["request"].get("protoMajor").is_none());
+    assert!(info["host"].get("user").is_none() && info["request"].get("protoMajor").is_none(), "no version given, none reported");
+    assert_eq!(info["host"]["args"], serde_json::json!([]), "no command or args");
+    let resp = answer(&pool, Request { version: lampyr_abi::HttpVersion::Http2, ..get("/", &[]) }).await;
+    let info: serde_json::Value = serde_json::from_slice(&resp.body).expect("JSON");
+    assert_eq!((info["request"]["protoMajor"].as_u64(), info["request"]["protoMinor"].as_u64()), (Some(2), Some(0)), "{info}");
+
+    // The container's command then args are the guest's arguments.
+    let (_dir, pool) = pool_with_args("runtime", &[], &["/ko-app/runtime", "abra", "cadabra", "do"]).expect("loads");
+    let info: serde_json::Value = serde_json::from_slice(&answer(&pool, get("/", &[])).await.body).expect("JSON");
+    assert_eq!(info["host"]["args"], serde_json::json!(["/ko-app/runtime", "abra", "cadabra", "do"]));
 }

@@ -46,7 +46,7 @@ fn body(resp: &lampyr_abi::Response) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn hello_answers_with_the_revision_environment() {
     let built = build(example_elf("hello"), BuildOptions::default());
-    let env = Env { vars: vec![("TARGET".into(), "Lampyr".into())] };
+    let env = Env { vars: vec![("TARGET".into(), "Lampyr".into())], ..Env::default() };
     let pool = pool(&built, env, 2, 4);
     let resp = pool.invoke(get("/"), in_secs(30)).await.expect("answers");
     assert_eq!(resp.status, 200);

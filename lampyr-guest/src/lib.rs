@@ -50,6 +50,11 @@ pub mod env {
     pub fn vars() -> &'static [(alloc::string::String, alloc::string::String)] {
         super::ENV.get().map(|env| env.vars.as_slice()).unwrap_or(&[])
     }
+
+    /// The Revision's arguments: its container's `command`, then `args` (empty when none).
+    pub fn args() -> &'static [alloc::string::String] {
+        super::ENV.get().map(|env| env.args.as_slice()).unwrap_or(&[])
+    }
 }
 
 /// Waits `ms` milliseconds (at most 600 s) in the host, off the CPU, and returns how

@@ -353,6 +353,7 @@ mod tests {
                 Header { name: "Upgrade".into(), value: b"websocket".to_vec() },
             ],
             body: b"abc".to_vec(),
+            ..Request::default()
         };
         let out = backend.upstream_request(req).expect("forwardable");
         assert_eq!(out.method(), Method::PATCH);

@@ -384,7 +384,13 @@ async fn to_guest_request(
         headers.insert(0, Header { name: "host".into(), value: authority.as_str().as_bytes().to_vec() });
     }
     let uri = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
-    Ok(lampyr_abi::Request { method: parts.method.as_str().to_string(), uri, headers, body: body.to_vec() })
+    let version = match parts.version {
+        http::Version::HTTP_10 => lampyr_abi::HttpVersion::Http10,
+        http::Version::HTTP_11 => lampyr_abi::HttpVersion::Http11,
+        http::Version::HTTP_2 => lampyr_abi::HttpVersion::Http2,
+        _ => lampyr_abi::HttpVersion::Unknown,
+    };
+    Ok(lampyr_abi::Request { method: parts.method.as_str().to_string(), uri, headers, body: body.to_vec(), version })
 }
 
 fn too_large(max: u64) -> Resp {

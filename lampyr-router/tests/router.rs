@@ -47,7 +47,7 @@ struct Rev {
 }
 
 async fn entry(rev: Rev, metrics: &RuntimeMetrics) -> (RevisionEntry, Arc<LocalBackend>) {
-    let env = Env { vars: rev.env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+    let env = Env { vars: rev.env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Env::default() };
     let template = Template::load(&rev.artifact, &env).expect("template");
     let max = if rev.policy.scaling.max_scale == 0 { 8 } else { rev.policy.scaling.max_scale as usize };
     let pool = FiberPool::new(template, PoolConfig { revision: rev.name.into(), max_fibers: max, queue_capacity: rev.queue, capacity: None }, metrics.clone());

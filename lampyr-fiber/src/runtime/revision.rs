@@ -58,7 +58,7 @@ pub fn revision_pool(
     if let Some(memory) = policy.memory_bytes.filter(|m| *m < heap) {
         return Err(RevisionPoolError::MemoryBelowHeap { memory, heap });
     }
-    let template = Template::load(artifact, &Env { vars: policy.env.clone() })?;
+    let template = Template::load(artifact, &Env { vars: policy.env.clone(), args: policy.args.clone() })?;
     let max = if policy.scaling.max_scale == 0 { unbounded_max } else { policy.scaling.max_scale };
     let max_fibers = usize::try_from(max).unwrap_or(usize::MAX).max(1);
     let queue_capacity = max_fibers.saturating_mul(QUEUE_PER_FIBER).clamp(MIN_QUEUE, MAX_QUEUE);

@@ -33,7 +33,7 @@ impl Template {
             }
         };
         let sizes = build_options(&artifact.metadata).sizes();
-        let snapshot = if env.vars.is_empty() { base } else { apply_env(base, env, &sizes)? };
+        let snapshot = if env.vars.is_empty() && env.args.is_empty() { base } else { apply_env(base, env, &sizes)? };
         Ok(Template { snapshot, metadata: artifact.metadata.clone(), sizes, digest: artifact.digest.clone() })
     }
 

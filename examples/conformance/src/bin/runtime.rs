@@ -1,9 +1,11 @@
 //! Knative's `runtime` test image as a fiber, as far as a fiber can honestly answer:
 //! a JSON document (upstream's `types.RuntimeInfo`) with the request (method, URI, host,
 //! headers keyed as Go canonicalises them) and the environment the guest was given.
+//! and its arguments (the container's `command` then `args`).
 //! What a fiber does not have is reported empty or as an error, never invented:
-//! no files, cgroups or mounts, no standard input, no Unix user, no arguments, no clock
-//! (so no timestamp), and no HTTP version (the request frame does not carry it).
+//! no files, cgroups or mounts, no standard input, no Unix user, no clock
+//! (so no timestamp). The HTTP version is the one of the request the host received (the
+//! hop into the guest), when the host says.
 #![no_std]
 #![no_main]
 
@@ -84,7 +86,11 @@ fn handle(req: Request) -> Response {
         }
         out.push(']');
     }
-    out.push_str("}},\"host\":{\"envs\":{");
+    out.push('}');
+    if let Some((major, minor)) = req.version.numbers() {
+        let _ = write!(out, ",\"protoMajor\":{major},\"protoMinor\":{minor}");
+    }
+    out.push_str("},\"host\":{\"envs\":{");
     // A later duplicate wins, as for a process environment.
     let envs: BTreeMap<&str, &str> = lampyr_guest::env::vars().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     for (i, (name, value)) in envs.iter().enumerate() {
@@ -95,7 +101,14 @@ fn handle(req: Request) -> Response {
         out.push(':');
         json_string(&mut out, value);
     }
-    out.push_str("},\"files\":{},\"fileaccess\":{},\"cgroups\":[],\"mounts\":[],");
+    out.push_str("},\"args\":[");
+    for (i, arg) in lampyr_guest::env::args().iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        json_string(&mut out, arg);
+    }
+    out.push_str("],\"files\":{},\"fileaccess\":{},\"cgroups\":[],\"mounts\":[],");
     out.push_str("\"stdin\":{\"error\":\"a fiber has no standard input\"}}}");
     Response::json(200, out)
 }
