@@ -39,9 +39,12 @@ use tokio::task::JoinHandle;
 
 use crate::fiberd_backend::{FiberdBackend, FiberdConfig, Instance};
 use crate::kingress::{self, NotConfigured, REASON_HOST_CONFLICT};
+use crate::peers::Peers;
 use crate::server::Router;
 use crate::table::{RevisionEntry, RouteTable};
 
+/// How soon a KIngress waiting for other replicas is probed again.
+const PEERS_RECHECK: Duration = Duration::from_millis(200);
 /// Longest wait for resolving an instance address that is a DNS name.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -63,6 +66,10 @@ pub struct ClusterConfig {
     pub fixed_queue_capacity: bool,
     /// Wait before retrying a status write that failed.
     pub retry: Duration,
+    /// The router's own Service: a KIngress is reported Ready only once every ready replica
+    /// behind it routes the KIngress's current spec ([`crate::peers`]). `None`: this process
+    /// is the only router (tests, a single replica).
+    pub peers: Option<Peers>,
 }
 
 impl ClusterConfig {
@@ -74,6 +81,7 @@ impl ClusterConfig {
             backend: FiberdConfig::default(),
             fixed_queue_capacity: false,
             retry: Duration::from_secs(5),
+            peers: None,
         }
     }
 }
@@ -181,20 +189,24 @@ impl Reconciler {
         loop {
             let settled = self.reconcile(&homes, ingresses.as_ref()).await;
             synced.send_replace(true);
-            if settled {
-                notify.notified().await;
-            } else {
-                tokio::select! {
+            let wait = match settled {
+                Settled::Yes => None,
+                Settled::RetryWrites => Some(self.config.retry),
+                Settled::WaitingForPeers => Some(PEERS_RECHECK),
+            };
+            match wait {
+                None => notify.notified().await,
+                Some(wait) => tokio::select! {
                     () = notify.notified() => {}
-                    () = tokio::time::sleep(self.config.retry) => {}
-                }
+                    () = tokio::time::sleep(wait) => {}
+                },
             }
         }
     }
 
-    /// Rebuilds the table from the stores and writes KIngress statuses;
-    /// `false` when a status write failed and should be retried.
-    async fn reconcile(&mut self, homes: &Store<Home>, ingresses: Option<&Store<Ingress>>) -> bool {
+    /// Rebuilds the table from the stores and writes KIngress statuses; says whether
+    /// something is left to retry.
+    async fn reconcile(&mut self, homes: &Store<Home>, ingresses: Option<&Store<Ingress>>) -> Settled {
         let mut table = RouteTable::default();
         let mut homes = homes.state();
         homes.sort_by_key(|h| (h.namespace(), h.name_any()));
@@ -241,7 +253,7 @@ impl Reconciler {
         let programmed = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
         self.router.metrics().ingresses.set(programmed as i64);
 
-        let mut settled = true;
+        let mut settled = Settled::Yes;
         for (ingress, outcome) in outcomes {
             if ingress.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -253,6 +265,18 @@ impl Reconciler {
             if ingress.status.as_ref() == Some(&desired) {
                 continue;
             }
+            if let (Ok(()), Some(peers), Some(host)) = (&outcome, &self.config.peers, kingress::probe_host(&ingress))
+                && let Err(not_yet) = peers.all_route(&self.client, host, &kingress::hash(&ingress)).await
+            {
+                match &not_yet {
+                    crate::peers::NotYet::Endpoints(_) => {
+                        tracing::warn!(ingress = %ingress.name_any(), %not_yet, "cannot tell whether every replica routes it (fiber-router needs list on endpointslices in its namespace)");
+                    }
+                    crate::peers::NotYet::Behind { .. } => tracing::debug!(ingress = %ingress.name_any(), %not_yet, "not Ready until every replica routes it"),
+                }
+                settled = Settled::WaitingForPeers;
+                continue;
+            }
             let api = Api::<Ingress>::namespaced(self.client.clone(), &ingress.namespace().unwrap_or_default());
             let patch = serde_json::json!({ "status": desired });
             match api.patch_status(&ingress.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
@@ -261,12 +285,23 @@ impl Reconciler {
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => {
                     tracing::warn!(ingress = %ingress.name_any(), error = %e, "writing KIngress status failed; will retry");
-                    settled = false;
+                    settled = Settled::RetryWrites;
                 }
             }
         }
         settled
     }
+}
+
+/// What a reconcile left to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settled {
+    /// Nothing: wait for the next change.
+    Yes,
+    /// A status write failed: retry after `ClusterConfig::retry`.
+    RetryWrites,
+    /// A KIngress waits for other replicas to route it: probe again soon.
+    WaitingForPeers,
 }
 
 /// Adds every host of one KIngress, or none when another KIngress holds one of them.

@@ -48,6 +48,22 @@ pub struct NotConfigured {
     pub message: String,
 }
 
+/// The KIngress's hash as Knative computes it (`ingress.ComputeHash`): hex SHA-256 of its
+/// spec as JSON, then its namespace and name. A router answers network probes with it.
+pub fn hash(ingress: &Ingress) -> String {
+    use sha2::Digest;
+    let mut digest = sha2::Sha256::new();
+    digest.update(serde_json::to_vec(&ingress.spec).unwrap_or_default());
+    digest.update(ingress.metadata.namespace.as_deref().unwrap_or_default());
+    digest.update(ingress.metadata.name.as_deref().unwrap_or_default());
+    hex::encode(digest.finalize())
+}
+
+/// The host a network probe for `ingress` names: its first.
+pub fn probe_host(ingress: &Ingress) -> Option<&str> {
+    ingress.spec.rules.iter().flat_map(|r| &r.hosts).next().map(String::as_str)
+}
+
 /// The routes of `ingress`: `(host, route)` pairs, every host of a rule
 /// sharing its route, each host once. A host named by several rules takes the
 /// first rule's paths, and is public if any of those rules is `ExternalIP`
@@ -61,6 +77,7 @@ pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotCon
         ingress.metadata.name.as_deref().unwrap_or_default()
     );
     let invalid = |message: String| NotConfigured { reason: REASON_INVALID_SPEC, message };
+    let spec_hash = hash(ingress);
     let mut out = Vec::new();
     for (i, rule) in ingress.spec.rules.iter().enumerate() {
         let visibility = rule.visibility.unwrap_or(IngressVisibility::ExternalIp);
@@ -113,6 +130,7 @@ pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotCon
         }
         let route = Arc::new(HostRoute {
             ingress: name.clone(),
+            hash: spec_hash.clone(),
             visibility,
             redirect_to_https: ingress.spec.http_option == Some(HttpOption::Redirected) && visibility == IngressVisibility::ExternalIp,
             paths,
@@ -201,6 +219,16 @@ mod tests {
         }))
         .expect("a KIngress")
     }
+
+    #[test]
+    fn the_hash_is_knatives() {
+        // ingress.ComputeHash of the same object, run from the pinned knative.dev/networking.
+        let ingress: Ingress = serde_json::from_str(INGRESS).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hash(&ingress), "e8c00b4604413ca0955c775c30c0629be1e75527889c995d5ac6644d2d367c67");
+        assert_eq!(probe_host(&ingress), Some("hello.default"));
+    }
+
+    const INGRESS: &str = r#"{"apiVersion":"networking.internal.knative.dev/v1alpha1","kind":"Ingress","metadata":{"name":"hello","namespace":"default"}, "spec":{"httpOption":"Enabled","rules":[{"hosts":["hello.default","hello.default.svc.cluster.local"],"visibility":"ClusterLocal", "http":{"paths":[{"splits":[{"serviceNamespace":"default","serviceName":"hello-00001","servicePort":80,"percent":100, "appendHeaders":{"Knative-Serving-Namespace":"default","Knative-Serving-Revision":"hello-00001"}}]}]}}, {"hosts":["hello.default.example.com"],"visibility":"ExternalIP","http":{"paths":[{"path":"/foo","headers":{"Knative-Serving-Tag":{"exact":"x"}},"rewriteHost":"a.b","splits":[{"serviceNamespace":"default","serviceName":"hello-00001","servicePort":80,"percent":100}]}]}}]}}"#;
 
     #[test]
     fn upstream_rules_become_host_routes() {

@@ -12,6 +12,7 @@ pub mod backend;
 pub mod cluster;
 pub mod fiberd_backend;
 mod forwarded;
+pub mod peers;
 pub mod http_backend;
 pub mod kingress;
 pub mod local;

@@ -38,8 +38,7 @@ use lampyr_api::networking::IngressVisibility;
 pub const REVISION_HEADER: &str = "knative-serving-revision";
 /// Header naming the Revision's namespace on the cluster path.
 pub const NAMESPACE_HEADER: &str = "knative-serving-namespace";
-const PROBE_HEADER: &str = "k-network-probe";
-const HASH_HEADER: &str = "k-network-hash";
+use crate::peers::{HASH_HEADER, PROBE_HEADER};
 
 /// Router settings.
 #[derive(Clone, Debug)]
@@ -195,20 +194,34 @@ impl Router {
 
     /// Answers one request arriving on a listener exposing `exposure`.
     pub async fn handle_exposed(&self, mut req: hyper::Request<Incoming>, peer: SocketAddr, exposure: Exposure) -> Resp {
-        if let Some(hash) = probe_hash(req.headers()) {
-            let mut resp = text(StatusCode::OK, "");
-            if let Some(hash) = hash {
-                resp.headers_mut().insert(HASH_HEADER, hash);
-            }
-            return resp;
-        }
         let table = self.table.load_full();
+        if let Some(hash) = probe_hash(req.headers()) {
+            return self.probe_answer(&table, request_host(&req), hash);
+        }
         let entry = match self.resolve(&table, &mut req, exposure) {
             Ok(entry) => entry,
             Err(resp) => return resp,
         };
         crate::forwarded::add(req.headers_mut(), peer.ip().to_canonical(), "http");
         self.serve_revision(&entry, req).await
+    }
+
+    /// A Knative network probe: `K-Network-Hash: override` asks for the hash of the KIngress
+    /// this router has programmed for the host (404 when it has none yet); any other hash
+    /// is echoed (the prober names the version it expects).
+    fn probe_answer(&self, table: &RouteTable, host: &str, requested: Option<HeaderValue>) -> Resp {
+        let answer = match requested {
+            Some(h) if h == crate::peers::OVERRIDE => match table.host(host) {
+                Some(route) => HeaderValue::from_str(&route.hash).ok(),
+                None => return text(StatusCode::NOT_FOUND, &format!("no KIngress programmed for host {host:?}\n")),
+            },
+            other => other,
+        };
+        let mut resp = text(StatusCode::OK, "");
+        if let Some(hash) = answer {
+            resp.headers_mut().insert(HASH_HEADER, hash);
+        }
+        resp
     }
 
     // The error is the ready answer itself; it is built once per failed lookup.

@@ -54,6 +54,8 @@ pub struct HostRoute {
     pub visibility: IngressVisibility,
     /// Plain HTTP is redirected to HTTPS (`httpOption: Redirected` on an `ExternalIP` rule).
     pub redirect_to_https: bool,
+    /// The KIngress's hash ([`crate::kingress::hash`]): what a network probe for the host is answered.
+    pub hash: String,
     /// Paths in order; the first that matches takes the request.
     pub paths: Vec<PathRoute>,
 }
@@ -270,6 +272,7 @@ mod tests {
         let api = PathRoute { prefix: "/api".into(), headers: vec![], splits: vec![split("a", 30), split("b", 70)], ..tagged.clone() };
         let rest = PathRoute { prefix: "/".into(), headers: vec![], splits: vec![split("rest", 100)], ..tagged.clone() };
         let host = HostRoute {
+            hash: String::new(),
             ingress: "ns/r".into(),
             visibility: IngressVisibility::ExternalIp,
             redirect_to_https: false,
@@ -297,7 +300,7 @@ mod tests {
     #[test]
     fn hosts_match_without_port_or_case_and_the_first_route_wins() {
         let route = |ingress: &str| {
-            Arc::new(HostRoute { ingress: ingress.into(), visibility: IngressVisibility::ClusterLocal, redirect_to_https: false, paths: vec![] })
+            Arc::new(HostRoute { ingress: ingress.into(), visibility: IngressVisibility::ClusterLocal, redirect_to_https: false, paths: vec![], hash: String::new() })
         };
         let mut table = RouteTable::default();
         assert!(table.insert_host("Hello.NS.svc.cluster.local", route("ns/first")));

@@ -65,7 +65,7 @@ fn path(prefix: &str, splits: Vec<SplitRoute>) -> PathRoute {
 }
 
 fn host(ingress: &str, visibility: IngressVisibility, paths: Vec<PathRoute>) -> Arc<HostRoute> {
-    Arc::new(HostRoute { ingress: ingress.into(), visibility, redirect_to_https: false, paths })
+    Arc::new(HostRoute { ingress: ingress.into(), visibility, redirect_to_https: false, paths, hash: String::new() })
 }
 
 async fn serve(table: RouteTable) -> SocketAddr {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use lampyr_process::{kube_client, shutdown_signal};
+use lampyr_router::peers::Peers;
 use lampyr_router::{ClusterConfig, ClusterRoutes, Exposure, FiberdConfig, HttpLimits, Router, RouterConfig};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -43,6 +44,21 @@ struct Args {
     /// How long requests in flight may finish after SIGTERM, in seconds.
     #[arg(long, default_value_t = 30)]
     drain_seconds: u64,
+    /// This router's own Service, NAMESPACE/NAME/PORT-NAME (e.g. lampyr-system/fiber-router/http):
+    /// a KIngress is reported Ready only once every ready replica behind it routes its spec.
+    /// Unset: this process is the only router.
+    #[arg(long, value_parser = peers)]
+    peers: Option<Peers>,
+}
+
+/// Parses `NAMESPACE/NAME/PORT-NAME`.
+fn peers(text: &str) -> Result<Peers, String> {
+    match text.split('/').collect::<Vec<_>>()[..] {
+        [namespace, service, port_name] if !namespace.is_empty() && !service.is_empty() && !port_name.is_empty() => {
+            Ok(Peers { namespace: namespace.into(), service: service.into(), port_name: port_name.into() })
+        }
+        _ => Err(format!("{text:?} is not NAMESPACE/NAME/PORT-NAME")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -61,6 +77,7 @@ async fn run(args: Args) -> Result<(), String> {
         queue_capacity: args.queue_capacity.unwrap_or(FiberdConfig::default().queue_capacity),
     };
     config.fixed_queue_capacity = args.queue_capacity.is_some();
+    config.peers = args.peers;
     let routes = ClusterRoutes::start(std::sync::Arc::clone(&router), client, config);
     tracing::info!("listing Homes and KIngresses");
     routes.synced().await;
