@@ -55,12 +55,7 @@ impl SystemImages {
         }
         let mut archives = Vec::new();
         for spec in [&pause, &coredns, &busybox] {
-            let name = spec.entrypoint[0].rsplit('/').next().unwrap_or("image");
-            let layout = dir.join(name);
-            let archive = dir.join(format!("{name}.tar"));
-            lampyr_images::build(spec, &layout, 0).map_err(|e| format!("building {}: {e}", spec.reference))?;
-            lampyr_images::write_archive(&layout, &archive).map_err(|e| format!("archiving {}: {e}", spec.reference))?;
-            archives.push(archive);
+            archives.push(archive(spec, dir)?);
         }
         Ok(SystemImages { pause: pause.reference, coredns: coredns.reference, busybox: busybox.reference, archives })
     }
@@ -69,6 +64,25 @@ impl SystemImages {
     pub fn archives(&self) -> Vec<PathBuf> {
         self.archives.clone()
     }
+}
+
+/// Builds an image of the static binary `source` as its entrypoint `path`, run as a
+/// non-root user, named `reference`, into `dir`; returns its OCI archive (for [`super::Node::import`]).
+pub fn binary_image_archive(reference: &str, source: &Path, path: &str, dir: &Path) -> Result<PathBuf, String> {
+    if !source.is_file() {
+        return Err(format!("{} is missing: run scripts/cluster-bins", source.display()));
+    }
+    archive(&image(reference.to_string(), source.to_path_buf(), path, User::NonRoot), dir)
+}
+
+/// Builds `spec` into `dir` (a layout named after its entrypoint) and writes its archive.
+fn archive(spec: &ImageSpec, dir: &Path) -> Result<PathBuf, String> {
+    let name = spec.entrypoint[0].rsplit('/').next().unwrap_or("image");
+    let layout = dir.join(name);
+    let archive = dir.join(format!("{name}.tar"));
+    lampyr_images::build(spec, &layout, 0).map_err(|e| format!("building {}: {e}", spec.reference))?;
+    lampyr_images::write_archive(&layout, &archive).map_err(|e| format!("archiving {}: {e}", spec.reference))?;
+    Ok(archive)
 }
 
 /// An image holding one static binary as its entrypoint.

@@ -42,7 +42,7 @@ use crate::registry::TestRegistry;
 use cgroups::NodeCgroup;
 use netns::NodeNetwork;
 
-pub use images::SystemImages;
+pub use images::{SystemImages, binary_image_archive};
 pub use serving::{NodeIngress, install_lampyr};
 
 /// The node's name (and kubelet's hostname).
