@@ -252,7 +252,7 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
         ("tampered", Some(tampered.clone()), json!({})),
         ("other-abi", Some(other_abi.clone()), json!({})),
         ("unreachable", Some(unreachable.clone()), json!({})),
-        ("unsupported", Some(good.clone()), json!({ "command": ["/bin/app"], "args": ["--serve"] })),
+        ("unsupported", Some(good.clone()), json!({ "workingDir": "/srv", "securityContext": { "runAsUser": 2020 } })),
     ];
     for (name, artifact, container) in &cases {
         create_service(&client, &ns, &knative_service(name, &ns, artifact.as_deref(), container.clone())).await;
@@ -291,7 +291,7 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
 
     let ready = failed(&apis, "unsupported-00001").await;
     assert_eq!(ready.reason, REASON_UNSUPPORTED_FIELDS);
-    for path in ["spec.template.spec.containers[0].command", "spec.template.spec.containers[0].args"] {
+    for path in ["spec.template.spec.containers[0].workingDir", "spec.template.spec.containers[0].securityContext.runAsUser"] {
         assert!(ready.message.contains(path), "names {path}: {}", ready.message);
     }
 

@@ -77,6 +77,9 @@ pub struct SuiteResults {
     pub title: String,
     /// Outcomes by test.
     pub results: BTreeMap<String, Outcome>,
+    /// What the totals count: the top-level tests when `None`; else these tests (a suite
+    /// that is one test of many sub-tests, like the KIngress suite, names them).
+    pub units: Option<Vec<String>>,
 }
 
 /// The reason explaining `test`'s `outcome`: its own, else (for a failure or skip) the
@@ -137,22 +140,26 @@ pub fn render(suite: &SuiteResults, reasons: &Reasons) -> String {
             Some((reason, true)) => (format!("{} ({})", outcome.word(), reason.kind), "as above".to_string()),
             None => (outcome.word().to_string(), String::new()),
         };
-        let depth = test.matches('/').count();
-        let name = match test.rsplit_once('/') {
-            Some((_, sub)) => format!("{}↳ {sub}", "\u{a0}\u{a0}".repeat(depth - 1)),
+        let name = match test.split_once('/') {
+            Some((_, sub)) => format!("↳ {sub}"),
             None => format!("`{test}`"),
         };
         out.push_str(&format!("| {name} | {result} | {why} |\n"));
     }
-    let top: Vec<Outcome> = suite.results.iter().filter(|(t, _)| !t.contains('/')).map(|(_, o)| *o).collect();
+    let counted = |t: &str| match &suite.units {
+        Some(units) => units.iter().any(|u| u == t),
+        None => !t.contains('/'),
+    };
+    let top: Vec<Outcome> = suite.results.iter().filter(|(t, _)| counted(t)).map(|(_, o)| *o).collect();
     let count = |o: Outcome| top.iter().filter(|x| **x == o).count();
     let vacuous = suite
         .results
         .iter()
-        .filter(|(t, o)| !t.contains('/') && **o == Outcome::Pass && explained.get(*t).is_some_and(|r| r.kind == "vacuous"))
+        .filter(|(t, o)| counted(t) && **o == Outcome::Pass && explained.get(*t).is_some_and(|r| r.kind == "vacuous"))
         .count();
+    let what = if suite.units.is_some() { "sub-tests" } else { "tests" };
     out.push_str(&format!(
-        "\n**{} tests: {} pass ({} of them vacuously), {} fail, {} skip, {} did not finish.**\n",
+        "\n**{} {what}: {} pass ({} of them vacuously), {} fail, {} skip, {} did not finish.**\n",
         top.len(),
         count(Outcome::Pass),
         vacuous,
@@ -215,7 +222,7 @@ panic: runtime error
 
     #[test]
     fn unexplained_and_stale_reasons_are_disagreements_and_the_table_counts_top_level_tests() {
-        let suite = SuiteResults { name: "s".into(), title: "Suite".into(), results: parse_verbose(OUTPUT) };
+        let mut suite = SuiteResults { name: "s".into(), title: "Suite".into(), results: parse_verbose(OUTPUT), units: None };
         let mut reasons = Reasons::new();
         let s = reasons.entry("s".into()).or_default();
         s.insert("TestB".into(), reason("missing", "fail"));
@@ -230,6 +237,8 @@ panic: runtime error
         assert!(table.contains("| `TestB` | fail (missing) | because |") && table.contains("| ↳ two | fail (missing) | as above |"), "{table}");
         assert!(table.contains("| ↳ one | pass |  |"), "a passing child inherits nothing: {table}");
         assert!(table.contains("**4 tests: 1 pass (1 of them vacuously), 1 fail, 1 skip, 1 did not finish.**"), "{table}");
+        suite.units = Some(vec!["TestB/one".into(), "TestB/two".into()]);
+        assert!(render(&suite, &reasons).contains("**2 sub-tests: 1 pass (0 of them vacuously), 1 fail, 0 skip, 0 did not finish.**"));
     }
 
     #[test]
