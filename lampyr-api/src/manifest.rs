@@ -313,7 +313,7 @@ spec:
       containerConcurrency: 1
       containers:
         - image: ghcr.io/example/hello
-          command: [\"/hello\"]
+          workingDir: /srv
           env:
             - name: TARGET
               value: world
@@ -354,7 +354,7 @@ status:
         assert!(spec.other.contains_key("volumes"));
         let c = &spec.containers[0];
         assert_eq!(c.image.as_deref(), Some("ghcr.io/example/hello"));
-        assert_eq!(c.other.get("command"), Some(&serde_json::json!(["/hello"])));
+        assert_eq!(c.other.get("workingDir"), Some(&serde_json::json!("/srv")));
         let env = c.env.as_deref().unwrap_or_default();
         assert_eq!(env[0].name, "TARGET");
         assert_eq!(env[0].value.as_deref(), Some("world"));
@@ -490,8 +490,8 @@ status:
         assert_eq!(json["apiVersion"], "serving.knative.dev/v1");
         assert_eq!(json["kind"], "Service");
         assert_eq!(
-            json["spec"]["template"]["spec"]["containers"][0]["command"],
-            serde_json::json!(["/hello"])
+            json["spec"]["template"]["spec"]["containers"][0]["workingDir"],
+            serde_json::json!("/srv")
         );
         assert_eq!(
             json["spec"]["template"]["spec"]["volumes"][0]["name"],

@@ -157,8 +157,8 @@ fn malformed_yaml_names_the_line() {
 
 #[test]
 fn an_unsupported_podspec_names_every_field() {
-    let text = "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: bad\nspec:\n  template:\n    spec:\n      volumes:\n        - name: data\n      containers:\n        - image: example.com/app\n          command: [\"/bin/sh\"]\n";
+    let text = "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: bad\nspec:\n  template:\n    spec:\n      volumes:\n        - name: data\n      containers:\n        - image: example.com/app\n          workingDir: /srv\n";
     let err = run_fails(text);
     assert!(err.contains("spec.template.spec.volumes"), "{err}");
-    assert!(err.contains("spec.template.spec.containers[0].command"), "{err}");
+    assert!(err.contains("spec.template.spec.containers[0].workingDir"), "{err}");
 }
