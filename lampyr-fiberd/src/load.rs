@@ -197,7 +197,7 @@ pub(crate) fn fiber_memory(spec: &HomeSpec, snapshot_memory: u64) -> u64 {
 
 /// Whether serving `new` in place of the loaded `old` needs a new pool: the
 /// Revision, its artifact or template, or what the pool is built from (the
-/// environment, the memory, `max-scale`) changed. The rest of the policy
+/// environment and its references, the arguments, the memory, `max-scale`) changed. The rest of the policy
 /// (scaling, timeouts, concurrency) applies to a loaded pool as it is.
 pub(crate) fn needs_new_pool(old: &HomeSpec, new: &HomeSpec) -> bool {
     let (a, b) = (&old.policy, &new.policy);
@@ -207,6 +207,8 @@ pub(crate) fn needs_new_pool(old: &HomeSpec, new: &HomeSpec) -> bool {
         || old.grant_name != new.grant_name
         || old.fiber_memory_bytes != new.fiber_memory_bytes
         || a.env != b.env
+        || a.env_refs != b.env_refs
+        || a.args != b.args
         || a.memory_bytes != b.memory_bytes
         || a.scaling.max_scale != b.scaling.max_scale
 }
@@ -291,6 +293,16 @@ mod tests {
             |s| s.sealed_template = Some(format!("127.0.0.1:5000/t@{D}")),
             |s| s.revision_name = "r2".into(),
             |s| s.policy.env = vec![("A".into(), "1".into())],
+            |s| s.policy.args = vec!["--serve".into()],
+            |s| {
+                s.policy.env_refs = vec![lampyr_api::policy::EnvRef {
+                    source: lampyr_api::policy::EnvSource { kind: lampyr_api::policy::EnvSourceKind::Secret, name: "s".into(), optional: false },
+                    key: None,
+                    variable: None,
+                    index: 0,
+                    prefix: String::new(),
+                }]
+            },
             |s| s.policy.memory_bytes = Some(1 << 30),
             |s| s.policy.scaling.max_scale = 3,
             |s| s.fiber_memory_bytes = 64 << 20,
