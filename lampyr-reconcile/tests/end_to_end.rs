@@ -297,12 +297,18 @@ async fn a_grant_shrinks_without_restarting_the_instance_that_stays_or_failing_a
     grants.patch("pair", &apply, &Patch::Apply(grant(1))).await.expect("shrinking the grant");
     stack.poll("instance 1's Pod gone", POLL, async || pods.get_opt("pair-1").await.ok()?.is_none().then_some(())).await;
     warm_on(&["pair-0"]).await;
+    let last_seen = std::sync::Mutex::new(None);
     let whole = stack.poll("instance 0 holding the whole min-scale", POLL, async || {
         let entries = homes.get("pair-00001").await.ok()?.status?.instances;
-        entries.iter().any(|e| e.name == "pair-0" && e.warm_fibers == 2 && e.reserved_slots == 2).then_some(())
+        let entry = entries.into_iter().find(|e| e.name == "pair-0")?;
+        // Both slots of min-scale reserved; the requests still flowing may keep more than 2 warm.
+        let held = entry.warm_fibers >= 2 && entry.reserved_slots == 2;
+        *last_seen.lock().expect("last seen") = Some(entry);
+        held.then_some(())
     });
     let held = tokio::time::timeout(Duration::from_secs(60), whole).await;
-    assert!(held.is_ok(), "instance 0 never took the whole min-scale; the grant Pods' logs:\n{}", logs());
+    let last = last_seen.lock().expect("last seen").take();
+    assert!(held.is_ok(), "instance 0 never took the whole min-scale (its entry last seen: {last:?}); the grant Pods' logs:\n{}", logs());
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
 
