@@ -524,7 +524,7 @@ async fn new_revisions(stack: &LampyrStack, artifact: &str, n: usize, table: &mu
     let (ready, floor) = (Samples(ready), Samples(floor));
     table.row(&format!("4. new Revision of a Service → Ready (median of {n})"), fmt_duration(ready.median()), "-", times_baseline(ready.median(), floor.median()));
     table.row("   … p90 / max", spread(&ready), "-", times_baseline(ready.percentile(90.0), floor.percentile(90.0)));
-    table.row(&format!("   grant Pods started during them / in the namespace"), format!("{pods_started} / {pods_total}"), "-", "-".into());
+    table.row("   grant Pods started during them / in the namespace", format!("{pods_started} / {pods_total}"), "-", "-".into());
     table.row(&format!("   baseline: ConfigMap patch → read back (median of {n})"), fmt_duration(floor.median()), "-", "1×".into());
 }
 

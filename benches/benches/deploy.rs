@@ -7,11 +7,11 @@
 //! Run: `cargo bench -p lampyr-benches --bench deploy`
 
 use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
-use lampyr_fiber::artifact::reference::Repository;
-use lampyr_fiber::artifact::verify_layout;
-use lampyr_fiber::cache::Cache;
-use lampyr_fiber::registry::RegistryClient;
-use lampyr_fiber::seal::{FleetKey, open_artifact, seal_artifact};
+use lampyr_artifact::reference::Repository;
+use lampyr_artifact::verify_layout;
+use lampyr_artifact::cache::Cache;
+use lampyr_artifact::registry::RegistryClient;
+use lampyr_artifact::seal::{FleetKey, open_artifact, seal_artifact};
 use lampyr_testenv::TestRegistry;
 
 const SAMPLES: usize = 10;
@@ -84,7 +84,7 @@ fn main() {
 }
 
 /// The bytes an artifact's blobs take.
-fn artifact_bytes(artifact: &lampyr_fiber::VerifiedArtifact) -> u64 {
+fn artifact_bytes(artifact: &lampyr_artifact::VerifiedArtifact) -> u64 {
     let s = &artifact.sizes;
     s.memory + s.transport + s.config + s.elf
 }

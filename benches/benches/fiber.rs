@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use hyperlight_host::{HostFunctions, Sandbox};
 use lampyr_abi::{Env, Request};
 use lampyr_benches::{Samples, Table, fmt_duration, private_memory_bytes, speedup};
-use lampyr_fiber::artifact::build::boot_guest;
-use lampyr_fiber::artifact::{BuildOptions, build_artifact, verify_layout};
+use lampyr_fiber::build::boot_guest;
+use lampyr_artifact::verify_layout;
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
 
@@ -84,7 +85,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Private memory per idle fiber: the growth of private RSS over `DENSITY_FIBERS` warm fibers.
-fn density(artifact: &lampyr_fiber::VerifiedArtifact) -> (f64, f64) {
+fn density(artifact: &lampyr_artifact::VerifiedArtifact) -> (f64, f64) {
     let rt = runtime();
     let template = Template::load(artifact, &Env::default()).expect("load");
     let config = PoolConfig { revision: "density".into(), max_fibers: DENSITY_FIBERS, queue_capacity: 1, capacity: None };
@@ -120,7 +121,7 @@ fn handoff_floor(busy: Duration) -> Samples {
 }
 
 /// Host overhead and guest time of requests through a warm pool.
-fn dispatch(artifact: &lampyr_fiber::VerifiedArtifact) -> (Samples, Samples) {
+fn dispatch(artifact: &lampyr_artifact::VerifiedArtifact) -> (Samples, Samples) {
     let rt = runtime();
     let template = Template::load(artifact, &Env::default()).expect("load");
     let config = PoolConfig { revision: "dispatch".into(), max_fibers: 1, queue_capacity: 1, capacity: None };

@@ -20,12 +20,13 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use lampyr_abi::{Env, Request};
 use lampyr_benches::{Samples, Table, fmt_duration};
-use lampyr_fiber::artifact::{BuildOptions, build_artifact, verify_layout};
+use lampyr_artifact::verify_layout;
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
-use lampyr_fiber::{FiberPool, PoolConfig, Template};
+use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
+use lampyr_fiber::{FiberPool, LocalBackend, PoolConfig, Template};
 use lampyr_router::{
-    Backend, HttpBackend, HttpLimits, LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute,
+    Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute,
 };
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;

@@ -3,7 +3,7 @@
 //! panic, and neither may rendering its result or error.
 #![no_main]
 
-use lampyr_fiber::artifact::verify::parse_snapshot_config;
+use lampyr_artifact::verify::parse_snapshot_config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

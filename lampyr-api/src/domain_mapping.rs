@@ -1,18 +1,17 @@
 //! `serving.knative.dev/v1beta1` DomainMapping: a custom domain served by an
 //! addressable object (usually a Knative Service), wire-compatible with upstream.
 
-use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::{Condition, KnativeStatus, domain_mapping};
+use crate::conditions::{KnativeStatus, domain_mapping};
 use crate::duck::{Addressable, KReference};
 use crate::networking::IngressStatus;
 use crate::object::kube_object;
-use crate::status::{is_zero, propagate_or_not_configured};
+use crate::status::propagate_or_not_configured;
 
 /// A DomainMapping: its name is the domain, its `spec.ref` the target.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -49,29 +48,19 @@ pub struct SecretTls {
     pub secret_name: String,
 }
 
-/// `DomainMapping.status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DomainMappingStatus {
-    /// The `metadata.generation` last processed by the reconciler (0 = none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub observed_generation: i64,
-    /// `Ready`, `DomainClaimed`, `ReferenceResolved`, `IngressReady`,
-    /// `CertificateProvisioned`, sorted by type.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// The URL the domain is served at.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// Where the mapping can be reached.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<Addressable>,
+crate::knative_status! {
+    /// `DomainMapping.status`.
+    pub struct DomainMappingStatus {
+        conditions: domain_mapping::CONDITION_SET, "`Ready`, `DomainClaimed`, `ReferenceResolved`, `IngressReady`, `CertificateProvisioned`, sorted by type.";
+        /// The URL the domain is served at.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub url: Option<String>,
+        /// Where the mapping can be reached.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub address: Option<Addressable>,
+    }
 }
 
-crate::impl_knative_status!(DomainMappingStatus, domain_mapping::CONDITION_SET);
 
 impl DomainMappingStatus {
     /// `IngressReady` follows the KIngress's `Ready`; a KIngress without one

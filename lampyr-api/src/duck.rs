@@ -48,3 +48,8 @@ pub struct KReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
 }
+
+/// `omitempty` for an `int64` field such as `observedGeneration`.
+pub(crate) fn is_zero(n: &i64) -> bool {
+    *n == 0
+}

@@ -48,6 +48,8 @@ mod object;
 pub mod quantity;
 pub mod serving;
 pub mod status;
+pub mod traffic;
+pub mod translate;
 
 pub use conditions::{Condition, ConditionSet, ConditionSeverity, ConditionStatus, KnativeStatus};
 pub use domain_mapping::{DomainMapping, DomainMappingSpec, DomainMappingStatus};
@@ -64,8 +66,9 @@ pub use names::{child_name, revision_name};
 pub use serving::{
     Configuration, ConfigurationSpec, Container, HttpGetAction, PodSecurityContext, Probe,
     Revision, RevisionSpec, RevisionTemplateSpec, Route, RouteSpec, SecurityContext, Service,
-    ServiceSpec, TcpSocketAction, TrafficTarget,
+    ServiceSpec, TcpSocketAction,
 };
+pub use traffic::TrafficTarget;
 pub use status::{
     ConfigurationStatus, ContainerStatus, RevisionStatus, RouteStatus, ServiceStatus,
 };

@@ -22,9 +22,9 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::{Condition, KnativeStatus, certificate, ingress};
+use crate::conditions::{KnativeStatus, certificate, ingress};
 use crate::object::kube_object;
-use crate::status::is_zero;
+use crate::duck::is_zero;
 
 /// A KIngress: how requests for a Route's (or DomainMapping's) hosts reach
 /// Revisions.
@@ -167,28 +167,19 @@ pub struct HeaderMatch {
     pub exact: String,
 }
 
-/// `Ingress.status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct IngressStatus {
-    /// The `metadata.generation` last processed by the ingress implementation (0 = none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub observed_generation: i64,
-    /// `Ready`, `NetworkConfigured`, `LoadBalancerReady`, sorted by type.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Extra status state the implementation conveys (`duckv1.Status.annotations`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// Where `ExternalIP` rules are served.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub public_load_balancer: Option<LoadBalancerStatus>,
-    /// Where `ClusterLocal` rules are served.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub private_load_balancer: Option<LoadBalancerStatus>,
+crate::knative_status! {
+    /// `Ingress.status`.
+    pub struct IngressStatus {
+        conditions: ingress::CONDITION_SET, "`Ready`, `NetworkConfigured`, `LoadBalancerReady`, sorted by type.";
+        /// Where `ExternalIP` rules are served.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub public_load_balancer: Option<LoadBalancerStatus>,
+        /// Where `ClusterLocal` rules are served.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub private_load_balancer: Option<LoadBalancerStatus>,
+    }
 }
 
-crate::impl_knative_status!(IngressStatus, ingress::CONDITION_SET);
 
 impl IngressStatus {
     /// Records both load balancers and marks `LoadBalancerReady` True.
@@ -259,28 +250,19 @@ pub struct CertificateSpec {
     pub secret_name: String,
 }
 
-/// `Certificate.status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CertificateStatus {
-    /// The `metadata.generation` last processed by the implementation (0 = none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub observed_generation: i64,
-    /// `Ready` only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Extra status state the implementation conveys (`duckv1.Status.annotations`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// When the certificate expires.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_after: Option<Time>,
-    /// HTTP-01 challenges the ingress must answer while the certificate is issued.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub http01_challenges: Vec<Http01Challenge>,
+crate::knative_status! {
+    /// `Certificate.status`.
+    pub struct CertificateStatus {
+        conditions: certificate::CONDITION_SET, "`Ready` only.";
+        /// When the certificate expires.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub not_after: Option<Time>,
+        /// HTTP-01 challenges the ingress must answer while the certificate is issued.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub http01_challenges: Vec<Http01Challenge>,
+    }
 }
 
-crate::impl_knative_status!(CertificateStatus, certificate::CONDITION_SET);
 
 /// `status.http01Challenges[]`: where a challenge URL must be routed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -473,11 +473,11 @@ mod tests {
         assert_eq!(names, [("P_1bad", "no"), ("P_x", "cx"), ("A", "1"), ("B", "secret"), ("C", "3")]);
 
         policy.env_refs[1].source.name = "absent".into();
-        let err = policy.resolve_env(read).unwrap_err();
+        let err = policy.resolve_env(read).expect_err("an unresolvable reference");
         assert_eq!(err.to_string(), "Secret \"absent\" does not exist (referenced by the container's env; mark it optional to start without it)");
         policy.env_refs[1].source.name = "sec".into();
         policy.env_refs[1].key = Some("other".into());
-        assert!(policy.resolve_env(read).unwrap_err().to_string().contains("has no key \"other\" (env B)"));
+        assert!(policy.resolve_env(read).expect_err("a missing key").to_string().contains("has no key \"other\" (env B)"));
         let failing = |_: &EnvSource| Err::<Option<BTreeMap<String, String>>, _>("forbidden".to_string());
         assert!(matches!(policy.resolve_env(failing), Err(EnvRefError::Read { error, .. }) if error == "forbidden"));
     }

@@ -17,52 +17,39 @@
 //! Conditions are managed through [`KnativeStatus::manage`] (system clock) or
 //! [`KnativeStatus::manage_with_clock`], under each status's condition set.
 
-use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{
-    CONDITION_READY, Clock, Condition, ConditionManager, KnativeStatus, configuration, revision,
+    CONDITION_READY, Clock, ConditionManager, KnativeStatus, configuration, revision,
     route, service,
 };
 use crate::duck::Addressable;
 use crate::networking::IngressStatus;
-use crate::serving::TrafficTarget;
+use crate::traffic::TrafficTarget;
 
-pub(crate) fn is_zero(n: &i64) -> bool {
-    *n == 0
-}
-
-/// `Revision.status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RevisionStatus {
-    /// The `metadata.generation` last processed by the Revision reconciler (0 = none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub observed_generation: i64,
-    /// `Ready`, `ResourcesAvailable`, `ContainerHealthy`, `Active`, sorted by type.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// The logging URL generated for this Revision.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub log_url: String,
-    /// Container names and their resolved image digests (for Lampyr: the
-    /// snapshot artifact, `repo@sha256:…`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub container_statuses: Vec<ContainerStatus>,
-    /// The same for init containers.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub init_container_statuses: Vec<ContainerStatus>,
-    /// Ready replicas (for Lampyr: warm fibers) running this Revision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub actual_replicas: Option<i32>,
-    /// Replicas (fibers) the Revision should have.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub desired_replicas: Option<i32>,
+crate::knative_status! {
+    /// `Revision.status`.
+    pub struct RevisionStatus {
+        conditions: revision::CONDITION_SET, "`Ready`, `ResourcesAvailable`, `ContainerHealthy`, `Active`, sorted by type.";
+        /// The logging URL generated for this Revision.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub log_url: String,
+        /// Container names and their resolved image digests (for Lampyr: the
+        /// snapshot artifact, `repo@sha256:…`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub container_statuses: Vec<ContainerStatus>,
+        /// The same for init containers.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub init_container_statuses: Vec<ContainerStatus>,
+        /// Ready replicas (for Lampyr: warm fibers) running this Revision.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub actual_replicas: Option<i32>,
+        /// Replicas (fibers) the Revision should have.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub desired_replicas: Option<i32>,
+    }
 }
 
 /// One entry of `containerStatuses`.
@@ -77,7 +64,6 @@ pub struct ContainerStatus {
     pub image_digest: String,
 }
 
-crate::impl_knative_status!(RevisionStatus, revision::CONDITION_SET);
 
 impl RevisionStatus {
     /// `Active` True.
@@ -131,28 +117,19 @@ impl RevisionStatus {
     }
 }
 
-/// `Configuration.status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigurationStatus {
-    /// The `metadata.generation` last processed by the Configuration reconciler (0 = none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub observed_generation: i64,
-    /// `Ready` only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// The newest Revision stamped from this Configuration that became Ready.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub latest_ready_revision_name: String,
-    /// The newest Revision stamped from this Configuration.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub latest_created_revision_name: String,
+crate::knative_status! {
+    /// `Configuration.status`.
+    pub struct ConfigurationStatus {
+        conditions: configuration::CONDITION_SET, "`Ready` only.";
+        /// The newest Revision stamped from this Configuration that became Ready.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub latest_ready_revision_name: String,
+        /// The newest Revision stamped from this Configuration.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub latest_created_revision_name: String,
+    }
 }
 
-crate::impl_knative_status!(ConfigurationStatus, configuration::CONDITION_SET);
 
 impl ConfigurationStatus {
     /// Records the newest Revision; `Ready` becomes Unknown until it is also
@@ -174,31 +151,22 @@ impl ConfigurationStatus {
     }
 }
 
-/// `Route.status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RouteStatus {
-    /// The `metadata.generation` last processed by the Route reconciler (0 = none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub observed_generation: i64,
-    /// `Ready`, `AllTrafficAssigned`, `IngressReady`, `CertificateProvisioned`, sorted by type.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// The external URL of the Route.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// The cluster-internal address of the Route.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<Addressable>,
-    /// The traffic targets resolved to Revisions, with tagged targets' URLs.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub traffic: Vec<TrafficTarget>,
+crate::knative_status! {
+    /// `Route.status`.
+    pub struct RouteStatus {
+        conditions: route::CONDITION_SET, "`Ready`, `AllTrafficAssigned`, `IngressReady`, `CertificateProvisioned`, sorted by type.";
+        /// The external URL of the Route.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub url: Option<String>,
+        /// The cluster-internal address of the Route.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub address: Option<Addressable>,
+        /// The traffic targets resolved to Revisions, with tagged targets' URLs.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub traffic: Vec<TrafficTarget>,
+    }
 }
 
-crate::impl_knative_status!(RouteStatus, route::CONDITION_SET);
 
 impl RouteStatus {
     /// `IngressReady` follows the KIngress's `Ready`; a KIngress without one
@@ -208,37 +176,28 @@ impl RouteStatus {
     }
 }
 
-/// `Service.status`: the Configuration's and the Route's status fields.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ServiceStatus {
-    /// The `metadata.generation` last processed by the Service reconciler (0 = none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub observed_generation: i64,
-    /// `Ready`, `ConfigurationsReady`, `RoutesReady`, sorted by type.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Extra status state the reconciler conveys (`duckv1.Status.annotations`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// The Configuration's latest ready Revision.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub latest_ready_revision_name: String,
-    /// The Configuration's latest created Revision.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub latest_created_revision_name: String,
-    /// The Route's external URL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// The Route's cluster-internal address.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<Addressable>,
-    /// The Route's resolved traffic targets.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub traffic: Vec<TrafficTarget>,
+crate::knative_status! {
+    /// `Service.status`: the Configuration's and the Route's status fields.
+    pub struct ServiceStatus {
+        conditions: service::CONDITION_SET, "`Ready`, `ConfigurationsReady`, `RoutesReady`, sorted by type.";
+        /// The Configuration's latest ready Revision.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub latest_ready_revision_name: String,
+        /// The Configuration's latest created Revision.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub latest_created_revision_name: String,
+        /// The Route's external URL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub url: Option<String>,
+        /// The Route's cluster-internal address.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub address: Option<Addressable>,
+        /// The Route's resolved traffic targets.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub traffic: Vec<TrafficTarget>,
+    }
 }
 
-crate::impl_knative_status!(ServiceStatus, service::CONDITION_SET);
 
 impl ServiceStatus {
     /// Copies the Configuration's Revision names; `ConfigurationsReady`

@@ -35,11 +35,11 @@ pub enum Command {
         watch: bool,
         /// How long a revision stays warm without traffic before scaling to zero
         /// (config-autoscaler's scale-to-zero-grace-period), in seconds.
-        #[arg(long, default_value_t = 30.0)]
-        scale_to_zero_grace: f64,
+        #[arg(long, default_value = "30", value_parser = lampyr_process::flags::seconds)]
+        scale_to_zero_grace: std::time::Duration,
         /// Scaler tick, in seconds (config-autoscaler's tick-interval).
-        #[arg(long, default_value_t = 2.0)]
-        scale_tick: f64,
+        #[arg(long, default_value = "2", value_parser = lampyr_process::flags::positive_seconds)]
+        scale_tick: std::time::Duration,
     },
     /// Build, move and check snapshot artifacts.
     #[command(subcommand)]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use lampyr_fiber::artifact::reference::Repository;
+use lampyr_artifact::reference::Repository;
 
 /// The repository path templates get inside a chosen registry.
 pub const TEMPLATES_PATH: &str = "lampyr/fiberd-templates";

@@ -180,7 +180,7 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     assert_eq!(env.resource_versions(), versions, "a reinstall changes no object");
 
     // A fleet key made by a deploy is checked, and removed by uninstall.
-    let key = lampyr_fiber::seal::FleetKey::generate().to_secret_string();
+    let key = lampyr_artifact::seal::FleetKey::generate().to_secret_string();
     let made = env.kubectl(&["create", "secret", "generic", "lampyr-fiberd-seal-key", "-n", "default", &format!("--from-literal=key={key}")]);
     assert!(made.status.success(), "{}", stderr(&made));
     let health = env.ly(&["health"]);

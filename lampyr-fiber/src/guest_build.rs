@@ -53,12 +53,21 @@ pub struct GuestBuild {
     pub bin: Option<String>,
     /// Build directory; by default cargo's (the guest workspace's `target/`).
     pub target_dir: Option<PathBuf>,
+    /// Build exactly the versions the workspace's `Cargo.lock` pins (`--locked`): what
+    /// Lampyr's own builds of its examples do; a user's crate may have no lock file yet.
+    pub locked: bool,
 }
 
 impl GuestBuild {
     /// Builds the crate at `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         GuestBuild { dir: dir.into(), ..GuestBuild::default() }
+    }
+
+    /// Builds with `--locked`.
+    pub fn locked(mut self) -> Self {
+        self.locked = true;
+        self
     }
 
     /// Selects one binary of a crate with several.
@@ -88,6 +97,9 @@ impl GuestBuild {
         }
         if let Some(dir) = &self.target_dir {
             cmd.arg("--target-dir").arg(dir);
+        }
+        if self.locked {
+            cmd.arg("--locked");
         }
         let mut child = cmd.spawn().map_err(GuestBuildError::Spawn)?;
         let stderr = child.stderr.take().map(|mut s| {

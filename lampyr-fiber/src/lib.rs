@@ -1,15 +1,14 @@
-//! Lampyr's fiber runtime: snapshot artifacts (build, verify, seal, move
-//! through registries) and pools of Hyperlight fibers that serve HTTP requests.
+//! Lampyr's fiber runtime, the one crate that links Hyperlight: building snapshot
+//! artifacts (booting a guest and taking its snapshot), pools of Hyperlight fibers
+//! that serve HTTP requests, and [`LocalBackend`], a Revision served by them in
+//! this process. Artifacts are read, verified and moved by `lampyr-artifact`.
 
-pub mod artifact;
-pub mod cache;
+pub mod build;
 pub mod guest_build;
+pub mod local;
 pub mod metrics;
-pub mod policy;
-pub mod registry;
 pub mod runtime;
-pub mod seal;
-pub mod translate;
 
-pub use artifact::{ArtifactError, ArtifactRef, BuildOptions, VerifiedArtifact};
-pub use runtime::{FiberPool, InvokeError, PoolConfig, Template};
+pub use build::BuildOptions;
+pub use local::LocalBackend;
+pub use runtime::{FiberPool, PoolConfig, Template};

@@ -5,6 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use lampyr_router::OUTCOMES;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
@@ -90,28 +91,6 @@ pub fn revision_labels(revision: &str) -> Labels {
 pub fn outcome_labels(revision: &str, outcome: &'static str) -> Labels {
     vec![("revision".to_string(), revision.to_string()), ("outcome".to_string(), outcome.to_string())]
 }
-
-/// Renders `registry` in the Prometheus/OpenMetrics text format.
-pub fn render(registry: &Registry) -> String {
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
-    out
-}
-
-/// Every outcome a request can have, as labelled in `lampyr_fiber_requests_total`.
-pub const OUTCOMES: [&str; 10] = [
-    "ok",
-    "bad_response",
-    "timeout",
-    "abandoned",
-    "crash",
-    "error",
-    "too_large",
-    "overloaded",
-    "queue_timeout",
-    "unavailable",
-];
 
 /// One Revision's metric handles, looked up once so requests never search the families.
 #[derive(Clone)]

@@ -6,9 +6,11 @@
 use std::time::Duration;
 
 use lampyr_abi::{Env, Header, Request, Response};
-use lampyr_fiber::artifact::{BuildOptions, build_artifact, verify_layout};
+use lampyr_artifact::verify_layout;
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::{FiberPool, InvokeError, PoolConfig, Template};
+use lampyr_fiber::{FiberPool, PoolConfig, Template};
+use lampyr_router::InvokeError;
 use lampyr_testenv::conformance_guest_elf;
 use lampyr_testenv::require_kvm;
 use tokio::time::Instant;

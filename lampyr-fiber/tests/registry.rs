@@ -9,12 +9,13 @@ use std::sync::OnceLock;
 
 use http::HeaderValue;
 use hyperlight_host::sandbox::snapshot::{OciTag, Snapshot};
-use lampyr_fiber::ArtifactRef;
-use lampyr_fiber::artifact::layout::{blob_path, sha256_digest};
-use lampyr_fiber::artifact::reference::Repository;
-use lampyr_fiber::artifact::{BuildOptions, build_artifact, verify_layout};
-use lampyr_fiber::cache::Cache;
-use lampyr_fiber::registry::{RegistryClient, RegistryError};
+use lampyr_artifact::ArtifactRef;
+use lampyr_artifact::layout::{blob_path, sha256_digest};
+use lampyr_artifact::reference::Repository;
+use lampyr_artifact::verify_layout;
+use lampyr_fiber::build::{BuildOptions, build_artifact};
+use lampyr_artifact::cache::Cache;
+use lampyr_artifact::registry::{RegistryClient, RegistryError};
 use lampyr_testenv::{TestRegistry, example_elf, require_kvm};
 use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
@@ -124,10 +125,11 @@ async fn push_then_pull_round_trips_byte_for_byte() {
     Snapshot::checked_load(&pulled, tag).expect("hyperlight loads the pulled layout");
 
     // The tag names the same index bytes.
-    let oci = oci_client::Client::new(oci_client::client::ClientConfig {
+    let oci = lampyr_artifact::registry::oci_client(oci_client::client::ClientConfig {
         protocol: oci_client::client::ClientProtocol::Http,
         ..Default::default()
-    });
+    })
+    .expect("an OCI client");
     let tagged = Reference::with_tag(registry.host(), "lampyr/hello".into(), "v1".into());
     let (_, tag_digest) = oci.pull_manifest_raw(&tagged, &RegistryAuth::Anonymous, &[MT_INDEX]).await.expect("by tag");
     assert_eq!(&tag_digest, digest);
@@ -250,10 +252,11 @@ struct Claims {
 
 impl FakeArtifacts {
     async fn new(registry: &TestRegistry, repo: &str) -> Self {
-        let oci = oci_client::Client::new(oci_client::client::ClientConfig {
+        let oci = lampyr_artifact::registry::oci_client(oci_client::client::ClientConfig {
             protocol: oci_client::client::ClientProtocol::Http,
             ..Default::default()
-        });
+        })
+        .expect("an OCI client");
         let blob = sha256_digest(b"small");
         let fake = FakeArtifacts { oci, registry: registry.host(), repo: repo.to_string(), blob };
         fake.oci.push_blob(&fake.at(&fake.blob), b"small".to_vec(), &fake.blob).await.expect("push blob");

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lampyr_abi::{Env, Request};
-use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact, verify_layout};
+use lampyr_artifact::{VerifiedArtifact, verify_layout};
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::{FiberPool, InvokeError, PoolConfig, Template};
+use lampyr_fiber::{FiberPool, PoolConfig, Template};
+use lampyr_router::InvokeError;
 use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
 use tokio::time::Instant;
 
@@ -192,7 +194,7 @@ async fn wait_for(cond: impl Fn() -> bool) {
 
 /// Rewrites the artifact as if its snapshot had been taken on a CPU of another vendor.
 fn repin_as_foreign(artifact: &VerifiedArtifact) -> String {
-    use lampyr_fiber::artifact::layout::{blob_path, read_index, write_blob, write_index};
+    use lampyr_artifact::layout::{blob_path, read_index, write_blob, write_index};
     let layout = &artifact.layout;
     let read_json = |digest: &str| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(blob_path(layout, digest).expect("path")).expect("read")).expect("json")
@@ -226,7 +228,7 @@ async fn a_snapshot_from_another_platform_boots_the_carried_elf() {
     let digest = repin_as_foreign(&built.artifact);
     let foreign = verify_layout(&built.artifact.layout, Some(&digest)).expect("a foreign snapshot still verifies");
     assert!(
-        matches!(&foreign.fit, lampyr_fiber::artifact::PlatformFit::Mismatch { field: "cpu_vendor", .. }),
+        matches!(&foreign.fit, lampyr_artifact::PlatformFit::Mismatch { field: "cpu_vendor", .. }),
         "{:?}",
         foreign.fit
     );

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lampyr_api::keys::{FLEET_KEY_SECRET_KEY, FLEET_KEY_SECRET_NAME, FLEET_KEY_SECRET_NAMESPACE};
-use lampyr_fiber::artifact::reference::Repository;
+use lampyr_artifact::reference::Repository;
 use lampyr_router::ScalerConfig;
 
 use crate::share::InstanceShare;

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lampyr_fiber::InvokeError;
-use lampyr_fiber::registry::RegistryError;
+use lampyr_router::InvokeError;
+use lampyr_artifact::registry::RegistryError;
 use lampyr_fiber::runtime::RevisionPoolError;
-use lampyr_fiber::seal::SealError;
+use lampyr_artifact::seal::SealError;
 
 use crate::config::{FleetKeySource, SecretKeyRef};
 

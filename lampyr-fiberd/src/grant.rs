@@ -56,7 +56,7 @@ fn take_share(grant: &CapacityGrant, index: u32, share: &watch::Sender<Option<In
         return;
     }
     let mine = InstanceShare { index, count };
-    if share.send_if_modified(|current| std::mem::replace(current, Some(mine)) != Some(mine)) {
+    if share.send_if_modified(|current| current.replace(mine) != Some(mine)) {
         tracing::info!(index, instances = count, "the grant's instance count changed; every Home takes its new share");
     }
 }

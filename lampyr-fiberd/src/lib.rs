@@ -37,9 +37,9 @@ use std::sync::Arc;
 use kube::Client;
 use kube::api::Api;
 use lampyr_api::Home;
-use lampyr_fiber::cache::Cache;
+use lampyr_artifact::cache::Cache;
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::registry::RegistryClient;
+use lampyr_artifact::registry::RegistryClient;
 use lampyr_router::{Router, RouterConfig};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -59,7 +59,7 @@ pub use share::{InstanceShare, NoShare};
 /// The client's identity needs `list` and `watch` on `homes`, `patch` on
 /// `homes/status`, `get` on the fleet key's Secret (unless the key is read
 /// from a file), and `list` and `watch` on `capacitygrants` for an instance
-/// that follows its grant (see [`followed_grant`]).
+/// that follows its grant (see `followed_grant`).
 pub async fn run(
     config: FiberdConfig,
     client: Client,

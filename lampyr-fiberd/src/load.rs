@@ -8,14 +8,15 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
 use lampyr_api::{Home, HomeSpec};
-use lampyr_fiber::artifact::reference::Repository;
-use lampyr_fiber::cache::Cache;
+use lampyr_artifact::reference::Repository;
+use lampyr_artifact::cache::Cache;
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::registry::RegistryClient;
+use lampyr_artifact::registry::RegistryClient;
 use lampyr_fiber::runtime::{Capacity, revision_pool};
-use lampyr_fiber::seal::{FleetKey, open_artifact};
-use lampyr_fiber::{ArtifactRef, VerifiedArtifact};
-use lampyr_router::{LocalBackend, ScalerConfig};
+use lampyr_artifact::seal::{FleetKey, open_artifact};
+use lampyr_artifact::{ArtifactRef, VerifiedArtifact};
+use lampyr_fiber::LocalBackend;
+use lampyr_router::ScalerConfig;
 
 use tokio::sync::watch;
 
@@ -82,9 +83,9 @@ impl Loader {
         let policy = &home.spec.policy;
         let mut objects = std::collections::BTreeMap::new();
         for source in policy.env_refs.iter().map(|r| &r.source) {
-            if !objects.contains_key(&(source.kind, source.name.clone())) {
+            if let std::collections::btree_map::Entry::Vacant(e) = objects.entry((source.kind, source.name.clone())) {
                 let data = self.read_env_source(&namespace, source).await;
-                objects.insert((source.kind, source.name.clone()), data);
+                e.insert(data);
             }
         }
         policy
@@ -123,7 +124,7 @@ impl Loader {
 
     /// The scaling bounds this instance applies to a Home with `scaling`: its share when
     /// its grant has several instances.
-    pub(crate) fn scaling(&self, scaling: &lampyr_fiber::policy::ScalingPolicy, home: &str) -> Result<lampyr_fiber::policy::ScalingPolicy, NoShare> {
+    pub(crate) fn scaling(&self, scaling: &lampyr_api::policy::ScalingPolicy, home: &str) -> Result<lampyr_api::policy::ScalingPolicy, NoShare> {
         match *self.share.borrow() {
             Some(share) => share.scaling(scaling, home),
             None => Ok(scaling.clone()),
@@ -273,7 +274,7 @@ mod tests {
             sealed_template: None,
             grant_name: "g".into(),
             fiber_memory_bytes: 0,
-            policy: lampyr_fiber::policy::FiberPolicy::default(),
+            policy: lampyr_api::policy::FiberPolicy::default(),
         };
         type Change = fn(&mut HomeSpec);
         let applied: &[Change] = &[

@@ -25,7 +25,7 @@ use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
 
 use kvm_ioctls::{Cap, Kvm};
-use lampyr_fiber::seal::FleetKey;
+use lampyr_artifact::seal::FleetKey;
 
 use crate::config::FleetKeySource;
 use crate::error::FleetKeyError;

@@ -5,7 +5,7 @@
 //! more: which ones turns with the Home (a stable hash of its key), so the
 //! remainders of many Homes spread over the instances instead of piling on one.
 
-use lampyr_fiber::policy::ScalingPolicy;
+use lampyr_api::policy::ScalingPolicy;
 
 /// Which of its grant's instances this fiberd is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@ mod support;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use lampyr_fiber::seal::FleetKey;
+use lampyr_artifact::seal::FleetKey;
 use lampyr_testenv::{TestRegistry, push_artifact, push_sealed, workspace_binary};
 use support::{Env, entry, hello_artifact, hello_policy, request, wait_entry};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams};
 use lampyr_api::policy::ClusterScaling;
-use lampyr_fiber::seal::FleetKey;
+use lampyr_artifact::seal::FleetKey;
 use lampyr_testenv::{TestRegistry, push_artifact, push_sealed};
 use serde_json::json;
 use support::{Daemon, Env, entry, hello_artifact, hello_policy, http, wait_entry, wait_until};
@@ -163,8 +163,8 @@ async fn homes_that_do_not_pull_or_verify_say_why_and_never_block_the_others() {
     let other = hello_artifact(OTHER_BODY);
     let tampered = push_artifact(&registry, "lampyr/tampered", &other).await;
     // Its snapshot config is its own (the guest ELF is shared with the good artifact).
-    let verified = lampyr_fiber::artifact::verify_layout(&other.layout, Some(&other.digest)).expect("verifies");
-    let manifest_path = lampyr_fiber::artifact::layout::blob_path(&other.layout, &verified.snapshot_manifest).expect("path");
+    let verified = lampyr_artifact::verify_layout(&other.layout, Some(&other.digest)).expect("verifies");
+    let manifest_path = lampyr_artifact::layout::blob_path(&other.layout, &verified.snapshot_manifest).expect("path");
     let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(manifest_path).expect("manifest")).expect("json");
     let config = manifest["config"]["digest"].as_str().expect("config digest").to_string();
     let stored = registry.blob_data_path(&config);

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lampyr_fiber::seal::FleetKey;
+use lampyr_artifact::seal::FleetKey;
 use lampyr_testenv::require_kvm;
 
 /// The binary cargo built for these tests.

@@ -27,13 +27,11 @@ pub async fn push(layout: &std::path::Path, reference: &str, plain_http: bool) -
     }
     let registry = target.registry().to_string();
     let protocol = if plain_http { ClientProtocol::HttpsExcept(vec![registry.clone()]) } else { ClientProtocol::Https };
-    // Several rustls providers may be linked into one binary: choose one, as lampyr-process does.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = ClientConfig { protocol, use_monolithic_push: true, ..ClientConfig::default() };
     let fail = |action: String| {
         move |e: OciDistributionError| Error::Registry { reference: reference.to_string(), action, source: Box::new(e) }
     };
-    let client = oci_client::Client::try_from(config).map_err(fail("creating the client".into()))?;
+    let client = lampyr_artifact::registry::oci_client(config).map_err(fail("creating the client".into()))?;
     let repository = target.repository().to_string();
     for blob in std::iter::once(image.manifest.config()).chain(image.manifest.layers()) {
         let digest = blob.digest().to_string();

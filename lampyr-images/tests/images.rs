@@ -184,10 +184,11 @@ fn a_pushed_image_is_in_the_registry_byte_for_byte() {
     assert_eq!(delivered.pinned(), format!("{target}@{}", delivered.digest));
 
     let local = read_layout(&delivered.layout).expect("layout");
-    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+    let client = lampyr_artifact::registry::oci_client(oci_client::client::ClientConfig {
         protocol: oci_client::client::ClientProtocol::Http,
         ..Default::default()
-    });
+    })
+    .expect("an OCI client");
     let reference = oci_client::Reference::from_str(&target).expect("reference");
     let (bytes, digest) = runtime()
         .block_on(client.pull_manifest_raw(

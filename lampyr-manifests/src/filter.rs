@@ -54,7 +54,7 @@ const WORKLOAD_KINDS: [(&str, &str); 13] = [
     ("networking.k8s.io", "NetworkPolicy"),
 ];
 
-/// Whether `object` is part of a running component (see [`WORKLOAD_KINDS`]):
+/// Whether `object` is part of a running component (see `WORKLOAD_KINDS`):
 /// the objects a test environment without a kubelet leaves out too.
 pub fn is_workload(object: &Value) -> bool {
     let group = group_of(str_at(object, "/apiVersion"));

@@ -10,8 +10,8 @@
 //! - the runtime and the exit code: a multi-thread tokio runtime, an error
 //!   logged as `<component> stopped` and exit status 1, [`run_main`];
 //! - the Kubernetes client: from `--kubeconfig` or the inferred configuration,
-//!   with rustls' `ring` provider chosen for the process first,
 //!   [`kube_client`];
+//! - flag values read one way in every binary: [`flags`];
 //! - shutdown: SIGTERM or Ctrl-C, [`shutdown_signal`];
 //! - a replica's identity (in a leader-election Lease), [`default_identity`].
 //!
@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
+
+pub mod flags;
 
 /// Why no Kubernetes client could be built; the message names the kubeconfig and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -88,11 +90,9 @@ pub fn run_main<E: Display>(component: &str, work: impl Future<Output = Result<(
 
 /// A client from the file `kubeconfig`, else the inferred configuration (`$KUBECONFIG`, `~/.kube/config`, in-cluster).
 ///
-/// Installs rustls' `ring` provider as the process default first (when none is
-/// set): two providers are linked into Lampyr's binaries (kube's `ring`,
-/// oci-client's `aws-lc-rs`), and rustls refuses to choose between them.
+/// TLS is rustls with `ring`, the one provider Lampyr's build links, so nothing
+/// process-wide is installed (the crate graph test keeps it the only one).
 pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match kubeconfig {
         Some(path) => {
             let file = Kubeconfig::read_from(path).map_err(|source| ClientError::Read { path: path.into(), source })?;

@@ -3,15 +3,18 @@
 //! controller's work and to SIGTERM. Binaries stay thin `main`s over this;
 //! process setup (logging, runtime, client, signals) is `lampyr_process`'s.
 
+use std::fmt::Display;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::Client;
-use lampyr_api::duration::parse_go_duration;
+use lampyr_process::flags::go_duration;
 use lampyr_process::{ClientError, default_identity, kube_client, shutdown_signal};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 
 use crate::admin::{AdminServer, Health};
 use crate::leader::{LeaderElector, LeaderError, LeaseConfig};
@@ -68,19 +71,6 @@ impl CommonArgs {
     }
 }
 
-/// Parses a Go duration flag (`90s`, `5m`, `1h30m`) that must not be negative.
-pub fn go_duration(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text)
-        .map_err(|e| e.to_string())?
-        .non_negative()
-        .ok_or_else(|| format!("{text:?} must not be negative"))
-}
-
-/// Parses a Kubernetes quantity flag of bytes (`2Gi`, `512Mi`), rounded up to whole bytes.
-pub fn byte_quantity(text: &str) -> Result<u64, String> {
-    lampyr_api::quantity::parse_quantity(text).map(|q| q.ceil()).map_err(|e| format!("{text:?}: {e}"))
-}
-
 /// Why a controller process stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -99,52 +89,105 @@ pub enum RunError {
     /// replacement starts over as a candidate.
     #[error(transparent)]
     Leader(#[from] LeaderError),
+    /// The controller's own preparation or work failed.
+    #[error("{0}")]
+    Work(String),
 }
 
-/// Runs `work` as controller `component`: serves the admin endpoints, holds
-/// the Lease [`CommonArgs::lease_config`] names while working when leader
-/// election is on, and stops cleanly on SIGTERM or Ctrl-C.
-pub async fn run_controller<Work, Fut>(
+/// The process is stopping (SIGTERM or Ctrl-C): each [`Stopping::stopped`] completes then.
+#[derive(Clone)]
+pub struct Stopping(watch::Receiver<bool>);
+
+impl Stopping {
+    /// Follows SIGTERM and Ctrl-C from now on.
+    fn on_signal() -> Self {
+        let (stop, stopping) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            let _ = stop.send(true);
+        });
+        Stopping(stopping)
+    }
+
+    /// Completes once the process is stopping.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + Sync + use<> {
+        let mut stopping = self.0.clone();
+        async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        }
+    }
+}
+
+/// Runs controller `component`: serves the admin endpoints (`registry`, and the
+/// readiness checks `prepare` registers), prepares on every replica, then works
+/// while holding the Lease [`CommonArgs::lease_config`] names when leader election
+/// is on, with `leader` (when given) at 1 while it does.
+///
+/// `prepare` is called before the admin server starts (register readiness checks
+/// in its synchronous part), then awaited; it returns the work, which must finish
+/// once [`Stopping::stopped`] completes. On SIGTERM a standby exits at once and a
+/// leader lets its work finish, then releases the Lease.
+pub async fn run_controller<Prepare, Ready, Work, E>(
     component: &str,
     args: &CommonArgs,
     registry: Registry,
-    work: Work,
+    leader: Option<Gauge>,
+    prepare: Prepare,
 ) -> Result<(), RunError>
 where
-    Work: FnOnce(Client, Health) -> Fut,
-    Fut: Future<Output = ()>,
+    Prepare: FnOnce(Client, Health, Stopping) -> Ready,
+    Ready: Future<Output = Result<Work, E>>,
+    Work: Future<Output = Result<(), E>>,
+    E: Display,
 {
     let client = args.client().await?;
     let health = Health::default();
-    let admin = AdminServer::bind(args.metrics_addr, registry, health.clone())
+    let stopping = Stopping::on_signal();
+    let ready = prepare(client.clone(), health.clone(), stopping.clone());
+    let admin = AdminServer::bind(args.metrics_addr, registry, health)
         .await
         .map_err(|source| RunError::Admin { addr: args.metrics_addr, source })?;
-    tokio::spawn(admin.serve(shutdown_signal()));
-    let work = work(client.clone(), health.clone());
-    let working = async move {
-        tokio::select! {
-            () = work => {}
-            () = shutdown_signal() => tracing::info!(component, "shutting down"),
-        }
-    };
-    if !args.leader_elect {
-        working.await;
-        return Ok(());
+    if let Ok(addr) = admin.local_addr() {
+        tracing::info!(component, %addr, "admin server: /metrics /healthz /readyz");
     }
-    // A standby replica is ready too (as lampyr-controller's): readiness gated on the lease
-    // would keep a Deployment's new Pod unready while the old one holds the lease, and a
-    // rolling update would never finish.
-    let elector = LeaderElector::new(client, args.lease_config(component))?;
-    let mut leading = elector.subscribe();
+    tokio::spawn(admin.serve(stopping.stopped()));
+    let work = ready.await.map_err(|e| RunError::Work(e.to_string()))?;
+    let work = async move { work.await.map_err(|e| RunError::Work(e.to_string())) };
+    if !args.leader_elect {
+        if let Some(gauge) = &leader {
+            gauge.set(1);
+        }
+        return work.await;
+    }
+    // A standby replica is ready too: readiness gated on the lease would keep a
+    // Deployment's new Pod unready while the old one holds the lease, and a rolling
+    // update would never finish.
+    let lease = args.lease_config(component);
+    tracing::info!(component, identity = %lease.identity, lease = %format!("{}/{}", lease.namespace, lease.name), "waiting for the lease");
+    let elector = LeaderElector::new(client, lease)?;
+    let mut changes = elector.subscribe();
     let component_name = component.to_string();
     tokio::spawn(async move {
-        while leading.changed().await.is_ok() {
-            let leader = *leading.borrow();
-            tracing::info!(component = %component_name, leader, "leadership changed");
+        while changes.changed().await.is_ok() {
+            let leading = *changes.borrow();
+            tracing::info!(component = %component_name, leader = leading, "leadership changed");
+            if let Some(gauge) = &leader {
+                gauge.set(i64::from(leading));
+            }
         }
     });
-    elector.run(working).await?;
-    Ok(())
+    let leading = elector.subscribe();
+    let standby_exit = async move {
+        stopping.stopped().await;
+        if *leading.borrow() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = elector.run(work) => result?,
+        () = standby_exit => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use lampyr_api::conditions::{CONDITION_READY, configuration, revision, service};
 use lampyr_api::fiber::home;
 use lampyr_api::{CapacityGrant, Configuration, Home, KnativeStatus, Revision, Service, keys};
-use lampyr_fiber::artifact::verify_layout;
+use lampyr_artifact::verify_layout;
 use lampyr_reconcile::revision::FIELD_MANAGER;
 use lampyr_reconcile::revision::status::{REASON_INVALID_ARTIFACT, REASON_UNSUPPORTED_FIELDS};
 use lampyr_testenv::{Cluster, TestRegistry};

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use lampyr_abi::{Request, Response};
-use lampyr_fiber::InvokeError;
+use crate::InvokeError;
 use tokio::time::Instant;
 
 /// A boxed future, as returned by [`Backend::invoke`].

@@ -87,11 +87,17 @@ impl ClusterConfig {
 }
 
 /// How many requests may wait for an instance of a Revision with `policy`:
-/// as in `ly run`, 10 per fiber the Revision may have (64 when `max-scale`
-/// is unbounded), between 100 and 10,000.
-pub fn queue_capacity(policy: &lampyr_fiber::policy::FiberPolicy) -> usize {
+/// [`queue_for_fibers`] of the fibers it may have (64 when `max-scale` is unbounded).
+pub fn queue_capacity(policy: &lampyr_api::policy::FiberPolicy) -> usize {
     let max = if policy.scaling.max_scale == 0 { 64 } else { policy.scaling.max_scale as usize };
-    max.saturating_mul(10).clamp(100, 10_000)
+    queue_for_fibers(max)
+}
+
+/// How many requests may wait for a Revision that may have `fibers` fibers, in
+/// `ly run`, fiberd and fiber-router alike: 10 per fiber, between 100 and 10,000.
+pub fn queue_for_fibers(fibers: usize) -> usize {
+    const PER_FIBER: usize = 10;
+    fibers.saturating_mul(PER_FIBER).clamp(100, 10_000)
 }
 
 /// The watches and the loop keeping a [`Router`]'s table in step with the
@@ -348,7 +354,7 @@ mod tests {
 
     #[test]
     fn queues_follow_max_scale_within_bounds() {
-        let mut policy = lampyr_fiber::policy::FiberPolicy::default();
+        let mut policy = lampyr_api::policy::FiberPolicy::default();
         assert_eq!(queue_capacity(&policy), 640, "unbounded counts as 64 fibers");
         policy.scaling.max_scale = 3;
         assert_eq!(queue_capacity(&policy), 100);

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use lampyr_abi::{Header, Request, Response};
-use lampyr_fiber::InvokeError;
+use crate::InvokeError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;

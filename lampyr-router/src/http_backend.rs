@@ -27,7 +27,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use lampyr_abi::{DecodeError, Header, Request, Response};
-use lampyr_fiber::InvokeError;
+use crate::InvokeError;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendStats, BoxFuture};

@@ -3,10 +3,11 @@
 //! Host), holds requests while a Revision wakes (the activator's role), and
 //! scales fibers (the KPA's role).
 //!
-//! Locally (`ly run`) Revisions are [`LocalBackend`]s in this process; in a
-//! cluster ([`cluster`]) they are [`FiberdBackend`]s forwarding to the fiberd
-//! instances their Homes list, and the router implements KIngresses of its
-//! own class ([`kingress`]). See `docs/fiber-router.md`.
+//! A Revision is any [`Backend`]: locally (`ly run`) `lampyr-fiber`'s
+//! `LocalBackend`, fibers in this process; in a cluster ([`cluster`])
+//! [`FiberdBackend`]s forwarding to the fiberd instances their Homes list, and
+//! the router implements KIngresses of its own class ([`kingress`]). This crate
+//! links no hypervisor. See `docs/fiber-router.md`.
 
 pub mod backend;
 pub mod cluster;
@@ -14,8 +15,8 @@ pub mod fiberd_backend;
 mod forwarded;
 pub mod peers;
 pub mod http_backend;
+pub mod invoke;
 pub mod kingress;
-pub mod local;
 pub mod metrics;
 pub mod scaler;
 pub mod server;
@@ -25,7 +26,7 @@ pub use backend::{Backend, BackendStats};
 pub use cluster::{ClusterConfig, ClusterRoutes};
 pub use fiberd_backend::{FiberdBackend, FiberdConfig, Instance};
 pub use http_backend::{HttpBackend, HttpLimits};
-pub use local::LocalBackend;
+pub use invoke::{InvokeError, OUTCOMES};
 pub use scaler::{Scaler, ScalerConfig};
 pub use server::{Exposure, Router, RouterConfig};
 pub use table::{HostRoute, PathRoute, RevisionEntry, RouteTable, ServiceRoute, SplitRoute};

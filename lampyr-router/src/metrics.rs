@@ -130,3 +130,11 @@ pub fn revision_labels(namespace: &str, revision: &str) -> Labels {
 pub fn code_labels(namespace: &str, revision: &str, code: u16) -> Labels {
     vec![("namespace".into(), namespace.into()), ("revision".into(), revision.into()), ("code".into(), code.to_string())]
 }
+
+/// Renders `registry` in the Prometheus/OpenMetrics text format.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}

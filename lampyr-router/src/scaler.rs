@@ -32,7 +32,7 @@
 
 use std::time::{Duration, Instant};
 
-use lampyr_fiber::policy::{ClusterScaling, ScaleMetric, ScalingPolicy};
+use lampyr_api::policy::{ClusterScaling, ScaleMetric, ScalingPolicy};
 
 /// Most buckets a time window keeps; coarser buckets are used beyond that.
 const MAX_BUCKETS: u64 = 720;

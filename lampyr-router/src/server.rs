@@ -24,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use lampyr_abi::Header;
-use lampyr_fiber::InvokeError;
+use crate::InvokeError;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -125,7 +125,7 @@ impl Router {
             self.metrics.fibers_actual.get_or_create(&labels).set(stats.fibers as i64);
             self.metrics.queue_depth.get_or_create(&labels).set(stats.queued as i64);
         }
-        lampyr_fiber::metrics::render(&self.registry)
+        crate::metrics::render(&self.registry)
     }
 
     /// Serves connections from `listener` until `shutdown` resolves, then drains.

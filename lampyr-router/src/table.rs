@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use lampyr_api::networking::IngressVisibility;
-use lampyr_fiber::policy::FiberPolicy;
+use lampyr_api::policy::FiberPolicy;
 
 use crate::backend::Backend;
 use crate::metrics::RevisionMetrics;

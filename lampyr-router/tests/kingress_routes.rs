@@ -14,7 +14,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use lampyr_api::networking::IngressVisibility;
-use lampyr_fiber::policy::{FiberPolicy, TimeoutPolicy};
+use lampyr_api::policy::{FiberPolicy, TimeoutPolicy};
 use lampyr_router::{
     FiberdBackend, FiberdConfig, HostRoute, Instance, PathRoute, RevisionEntry, RouteTable, Router, RouterConfig, SplitRoute,
 };

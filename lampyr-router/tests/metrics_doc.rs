@@ -2,7 +2,8 @@
 
 use std::collections::BTreeSet;
 
-use lampyr_fiber::metrics::{RuntimeMetrics, render};
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_router::metrics::render;
 use lampyr_router::metrics::RouterMetrics;
 use prometheus_client::registry::Registry;
 

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lampyr_abi::Env;
-use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact, verify_layout};
+use lampyr_artifact::{VerifiedArtifact, verify_layout};
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
+use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
-use lampyr_router::{LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
+use lampyr_fiber::LocalBackend;
+use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use lampyr_fiber::artifact::reference::Repository;
-use lampyr_fiber::artifact::{BuildOptions, build_artifact};
-use lampyr_fiber::registry::RegistryClient;
-use lampyr_fiber::seal::{FleetKey, seal_artifact};
+use lampyr_artifact::reference::Repository;
+use lampyr_fiber::build::{BuildOptions, build_artifact};
+use lampyr_artifact::registry::RegistryClient;
+use lampyr_artifact::seal::{FleetKey, seal_artifact};
 
 use crate::guests::{conformance_guest_elf, example_elf, test_guest_elf};
 use crate::registry::TestRegistry;

@@ -26,7 +26,7 @@ const KEPT_CARGO_VARS: [&str; 9] = [
 /// workspace's binaries first if they are out of date. Panics with cargo's
 /// output when the build fails.
 ///
-/// Builds in the profile of the running binary (see [`build_args`]): under a
+/// Builds in the profile of the running binary (see `build_args`): under a
 /// test (`target/debug`) with `cargo test --workspace --no-run`, the feature set
 /// and profile `cargo test --workspace` uses, so under the suite it is a no-op
 /// and a single-package test run compiles nothing twice. Runs once per process.
@@ -75,7 +75,7 @@ fn build_args(dir: &Path) -> Vec<String> {
         "release" => &["build", "--workspace", "--bins", "--release"],
         custom => &["build", "--workspace", "--bins", "--profile", custom],
     };
-    args.iter().copied().chain(["--quiet"]).map(String::from).collect()
+    args.iter().copied().chain(["--quiet", "--locked"]).map(String::from).collect()
 }
 
 /// `target/<profile>/`: the directory holding this test binary's `deps/`.
@@ -92,8 +92,8 @@ mod tests {
     #[test]
     fn the_nested_build_matches_the_profile_directory() {
         let args = |dir: &str| build_args(Path::new(dir)).join(" ");
-        assert_eq!(args("/t/debug"), "test --workspace --no-run --quiet");
-        assert_eq!(args("/t/release"), "build --workspace --bins --release --quiet");
-        assert_eq!(args("/t/profiling"), "build --workspace --bins --profile profiling --quiet");
+        assert_eq!(args("/t/debug"), "test --workspace --no-run --quiet --locked");
+        assert_eq!(args("/t/release"), "build --workspace --bins --release --quiet --locked");
+        assert_eq!(args("/t/profiling"), "build --workspace --bins --profile profiling --quiet --locked");
     }
 }

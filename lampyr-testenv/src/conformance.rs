@@ -257,7 +257,7 @@ panic: runtime error
     #[test]
     fn the_generated_part_is_replaced_between_its_marks() {
         let doc = format!("intro\n{BEGIN}\nold\n{END}\noutro\n");
-        assert_eq!(splice(&doc, "new\n").unwrap(), format!("intro\n{BEGIN}\n\nnew\n{END}\noutro\n"));
+        assert_eq!(splice(&doc, "new\n").expect("markers found"), format!("intro\n{BEGIN}\n\nnew\n{END}\noutro\n"));
         assert_eq!(splice("no marks", "x"), None);
     }
 }

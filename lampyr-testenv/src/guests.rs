@@ -32,15 +32,15 @@ fn build_cached(key: String, build: GuestBuild) -> PathBuf {
 
 /// The ELF of example `name` (`hello`, `echo`, `json-api`), built on first use.
 pub fn example_elf(name: &str) -> PathBuf {
-    build_cached(name.to_string(), GuestBuild::new(repo_root().join("examples").join(name)))
+    build_cached(name.to_string(), GuestBuild::new(repo_root().join("examples").join(name)).locked())
 }
 
 /// The ELF of test guest `name` (`panic`, `spin`, `heap`, `counter`), built on first use.
 pub fn test_guest_elf(name: &str) -> PathBuf {
-    build_cached(format!("testing/{name}"), GuestBuild::new(repo_root().join("examples/testing")).bin(name))
+    build_cached(format!("testing/{name}"), GuestBuild::new(repo_root().join("examples/testing")).bin(name).locked())
 }
 
 /// The ELF of conformance guest `name` (`examples/conformance`: `helloworld`, `runtime`, …), built on first use.
 pub fn conformance_guest_elf(name: &str) -> PathBuf {
-    build_cached(format!("conformance/{name}"), GuestBuild::new(repo_root().join("examples/conformance")).bin(name))
+    build_cached(format!("conformance/{name}"), GuestBuild::new(repo_root().join("examples/conformance")).bin(name).locked())
 }

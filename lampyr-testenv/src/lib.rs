@@ -13,6 +13,7 @@ pub mod bins;
 pub mod cluster;
 pub mod conformance;
 pub mod containerd;
+pub mod crate_graph;
 pub mod guests;
 pub mod installed;
 pub mod knative_services;

@@ -5,19 +5,20 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::cluster::Placement;
+use crate::cluster::{Placement, Process};
 
 const BINARY: &str = "/usr/bin/docker-registry";
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 const START_ATTEMPTS: usize = 3;
 
 /// A running `docker-registry` serving plain HTTP on `127.0.0.1:PORT` (or on a node's
-/// address, [`TestRegistry::start_in`]); killed on drop.
+/// address, [`TestRegistry::start_in`]); killed on drop, and by the kernel when the test
+/// process ends (a registry in a `static` is never dropped).
 pub struct TestRegistry {
-    child: Child,
+    child: Process,
     addr: SocketAddr,
     dir: tempfile::TempDir,
 }
@@ -96,9 +97,7 @@ impl TestRegistry {
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
         while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("it exited with {status}; its log:\n{}", self.log()));
-            }
+            self.child.check_running()?;
             if probe_v2(self.addr) == Some(200) {
                 return Ok(());
             }
@@ -108,19 +107,12 @@ impl TestRegistry {
     }
 }
 
-impl Drop for TestRegistry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn free_loopback_addr() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     listener.local_addr().expect("local address")
 }
 
-fn spawn(dir: &Path, addr: SocketAddr, placement: Option<&Placement>) -> Child {
+fn spawn(dir: &Path, addr: SocketAddr, placement: Option<&Placement>) -> Process {
     let storage = dir.join("storage");
     fs::create_dir_all(&storage).expect("registry storage dir");
     let config = dir.join("config.yml");
@@ -129,20 +121,14 @@ fn spawn(dir: &Path, addr: SocketAddr, placement: Option<&Placement>) -> Child {
         storage.display()
     );
     fs::write(&config, yaml).expect("write registry config");
-    // The registry logs every request: a file never fills up and blocks it as a pipe would.
-    let log = fs::File::create(dir.join("registry.log")).expect("registry log file");
     let mut command = Command::new(BINARY);
     command.arg("serve").arg(&config);
-    let mut command = match placement {
+    let command = match placement {
         Some(placement) => placement.command(command),
         None => command,
     };
-    command
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("clone log handle"))
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {BINARY}: {e}"))
+    // The registry logs every request: a file never fills up and blocks it as a pipe would.
+    Process::spawn("docker-registry", command, &dir.join("registry.log")).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Status code of `GET /v2/`, or `None` when nothing answers yet.

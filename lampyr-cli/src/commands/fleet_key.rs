@@ -2,18 +2,27 @@
 //! `ly cluster health` and `ly deploy`, created by the first deploy after an install.
 
 use lampyr_api::keys::{FLEET_KEY_SECRET_KEY, FLEET_KEY_SECRET_NAME, FLEET_KEY_SECRET_NAMESPACE};
-use lampyr_fiber::seal::{FleetKey, FleetPublicKey};
+use lampyr_artifact::seal::{FleetKey, FleetPublicKey};
 use serde_json::json;
 
 use base64::prelude::{BASE64_STANDARD, Engine as _};
 
-use super::cluster::ClusterError;
 use super::cluster::kubectl::{Kubectl, KubectlError};
-use super::deploy::DeployError;
 use crate::ui::Ui;
 
+/// Why the fleet key could not be read or created.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetKeyError {
+    /// kubectl failed reading or creating the Secret.
+    #[error(transparent)]
+    Kubectl(#[from] KubectlError),
+    /// The Secret exists but holds no usable key.
+    #[error("{0}")]
+    Unusable(String),
+}
+
 /// The fleet key Secret's current key, creating the Secret with a new key when it is absent.
-pub fn get_or_create(kubectl: &Kubectl, ui: &mut Ui) -> Result<FleetKey, DeployError> {
+pub fn get_or_create(kubectl: &Kubectl, ui: &mut Ui) -> Result<FleetKey, FleetKeyError> {
     if let Some(key) = read(kubectl)? {
         return Ok(key);
     }
@@ -31,8 +40,8 @@ pub fn get_or_create(kubectl: &Kubectl, ui: &mut Ui) -> Result<FleetKey, DeployE
     match kubectl.run(&["create", "-f", "-", "-o", "name"], Some(&secret.to_string())) {
         Ok(_) => Ok(key),
         // Another deploy created it first: use theirs.
-        Err(e) if e.to_string().contains("AlreadyExists") => read(kubectl)?.ok_or(DeployError::FleetKey(e.to_string())),
-        Err(e) => Err(ClusterError::from(e).into()),
+        Err(e) if e.to_string().contains("AlreadyExists") => read(kubectl)?.ok_or(FleetKeyError::Unusable(e.to_string())),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -63,14 +72,14 @@ pub fn stored(kubectl: &Kubectl) -> Result<StoredKey, KubectlError> {
 }
 
 /// The key in the fleet key Secret, if the Secret exists.
-fn read(kubectl: &Kubectl) -> Result<Option<FleetKey>, DeployError> {
-    let why = match stored(kubectl).map_err(ClusterError::from)? {
+fn read(kubectl: &Kubectl) -> Result<Option<FleetKey>, FleetKeyError> {
+    let why = match stored(kubectl)? {
         StoredKey::Absent => return Ok(None),
         StoredKey::Key(key) => return Ok(Some(key)),
         StoredKey::NoKey => format!("no data key \"{FLEET_KEY_SECRET_KEY}\""),
         StoredKey::Invalid(why) => why,
     };
-    Err(DeployError::FleetKey(format!(
+    Err(FleetKeyError::Unusable(format!(
         "Secret {FLEET_KEY_SECRET_NAMESPACE}/{FLEET_KEY_SECRET_NAME} does not hold a fleet key ({why}); \
          delete it and deploy again (templates sealed to it will no longer open)"
     )))
@@ -78,6 +87,6 @@ fn read(kubectl: &Kubectl) -> Result<Option<FleetKey>, DeployError> {
 
 /// A short, public name of a fleet key: the first 16 hex digits of the SHA-256 of its public half.
 pub fn fingerprint(public: &FleetPublicKey) -> String {
-    let digest = lampyr_fiber::artifact::layout::sha256_digest(public.to_string().as_bytes());
+    let digest = lampyr_artifact::layout::sha256_digest(public.to_string().as_bytes());
     digest["sha256:".len().."sha256:".len() + 16].to_string()
 }

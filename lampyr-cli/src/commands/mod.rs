@@ -16,16 +16,16 @@ use crate::ui::Ui;
 pub enum CliError {
     /// An artifact could not be built, read or verified.
     #[error(transparent)]
-    Artifact(#[from] lampyr_fiber::ArtifactError),
+    Artifact(#[from] lampyr_artifact::ArtifactError),
     /// A guest crate did not build.
     #[error(transparent)]
     GuestBuild(#[from] lampyr_fiber::guest_build::GuestBuildError),
     /// A registry transfer failed.
     #[error(transparent)]
-    Registry(#[from] lampyr_fiber::registry::RegistryError),
+    Registry(#[from] lampyr_artifact::registry::RegistryError),
     /// The local artifact cache is unusable.
     #[error(transparent)]
-    Cache(#[from] lampyr_fiber::cache::CacheError),
+    Cache(#[from] lampyr_artifact::cache::CacheError),
     /// A manifest does not parse.
     #[error(transparent)]
     Manifest(#[from] lampyr_api::ManifestError),
@@ -40,7 +40,7 @@ pub enum CliError {
     Deploy(#[from] deploy::DeployError),
     /// A template could not be sealed.
     #[error(transparent)]
-    Seal(#[from] lampyr_fiber::seal::SealError),
+    Seal(#[from] lampyr_artifact::seal::SealError),
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
@@ -82,18 +82,11 @@ pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
         }
         Command::Run { paths, listen, domain, watch, scale_to_zero_grace, scale_tick } => {
             let scaler = lampyr_router::ScalerConfig {
-                tick: seconds(scale_tick, "--scale-tick")?,
-                scale_to_zero_grace_period: seconds(scale_to_zero_grace, "--scale-to-zero-grace")?,
+                tick: scale_tick,
+                scale_to_zero_grace_period: scale_to_zero_grace,
                 ..lampyr_router::ScalerConfig::default()
             };
             run::run(run::RunOptions { paths, listen, domain, watch, scaler }, ui)
         }
     }
-}
-
-fn seconds(value: f64, flag: &str) -> Result<std::time::Duration, CliError> {
-    std::time::Duration::try_from_secs_f64(value)
-        .ok()
-        .filter(|d| !d.is_zero() || flag == "--scale-to-zero-grace")
-        .ok_or_else(|| CliError::Usage(format!("{flag} must be a positive number of seconds, not {value}")))
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 use lampyr_api::{Service, revision_name};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::runtime::{RevisionPoolError, revision_pool};
-use lampyr_router::{LocalBackend, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
+use lampyr_fiber::LocalBackend;
+use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use prometheus_client::registry::Registry;
 
 use super::CliError;
@@ -182,7 +183,7 @@ async fn load_revision(
     ui: &Mutex<Ui>,
 ) -> Result<(RevisionEntry, String), CliError> {
     let name = service.metadata.name.as_deref().unwrap_or_default();
-    let policy = lampyr_fiber::translate::translate(&service.spec.template)
+    let policy = lampyr_api::translate::translate(&service.spec.template)
         .map_err(|e| CliError::Usage(format!("{}: {e}", source.manifest.display())))?
         .with_runtime_contract(revision, name, name);
     if let Some(reference) = policy.env_refs.first() {

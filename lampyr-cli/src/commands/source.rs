@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use lampyr_api::keys::SNAPSHOT_ARTIFACT;
 use lampyr_api::{ManifestObject, Service, parse_manifests};
-use lampyr_fiber::artifact::{BuildOptions, VerifiedArtifact, build_artifact, reusable_artifact};
-use lampyr_fiber::policy::FiberPolicy;
+use lampyr_artifact::VerifiedArtifact;
+use lampyr_fiber::build::{BuildOptions, build_artifact, reusable_artifact};
+use lampyr_api::policy::FiberPolicy;
 use serde::Deserialize as _;
 
 use super::CliError;
@@ -89,7 +90,7 @@ fn raw_documents(text: &str, manifest: &Path) -> Result<Vec<serde_json::Value>, 
     serde_yaml::Deserializer::from_str(text)
         .enumerate()
         .map(|(index, doc)| {
-            let value = serde_yaml::Value::deserialize(doc).and_then(|v| serde_yaml::from_value::<serde_json::Value>(v));
+            let value = serde_yaml::Value::deserialize(doc).and_then(serde_yaml::from_value::<serde_json::Value>);
             value.map_err(|e| CliError::Usage(format!("{} (document {}): {e}", manifest.display(), index + 1)))
         })
         .collect()
@@ -122,12 +123,12 @@ pub fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui
     }
     ui.step(format!("snapshotting {}", elf.display()));
     let built = build_artifact(&elf, &out, &opts)?;
-    Ok(lampyr_fiber::artifact::verify_layout(&out, Some(&built.digest))?)
+    Ok(lampyr_artifact::verify_layout(&out, Some(&built.digest))?)
 }
 
 /// Whether `reference` (an annotation's value) names a registry artifact rather than a layout.
 pub fn is_registry_reference(reference: &str) -> bool {
-    matches!(lampyr_fiber::ArtifactRef::parse(reference), Ok(lampyr_fiber::ArtifactRef::Registry { .. }))
+    matches!(lampyr_artifact::ArtifactRef::parse(reference), Ok(lampyr_artifact::ArtifactRef::Registry { .. }))
 }
 
 /// A layout reference relative to the manifest's directory, as written in the annotation.
@@ -142,8 +143,8 @@ fn relative_layout(reference: &str, base: &Path) -> String {
 
 /// Where the artifact built for a guest crate is kept.
 fn build_dir(guest: &Path) -> Result<PathBuf, CliError> {
-    let root = lampyr_fiber::cache::Cache::default_location()?;
+    let root = lampyr_artifact::cache::Cache::default_location()?;
     let canonical = guest.canonicalize().unwrap_or_else(|_| guest.to_path_buf());
-    let key = lampyr_fiber::artifact::layout::sha256_digest(canonical.display().to_string().as_bytes());
+    let key = lampyr_artifact::layout::sha256_digest(canonical.display().to_string().as_bytes());
     Ok(root.join("run").join(&key["sha256:".len().."sha256:".len() + 16]))
 }

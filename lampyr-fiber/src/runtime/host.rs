@@ -80,7 +80,7 @@ mod tests {
             setter.store(1, Ordering::Release);
         });
         let waited = with_call(Interruption::from(flag), || guest_sleep(60_000));
-        interrupter.join().unwrap();
+        interrupter.join().expect("the interrupting thread");
         assert!((50..60_000).contains(&waited), "ended at the interruption: {waited} ms");
         assert!(CURRENT_CALL.with(|c| c.borrow().is_none()), "the call is cleared after it");
     }

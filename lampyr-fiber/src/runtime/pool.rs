@@ -11,7 +11,7 @@ use lampyr_abi::{Request, Response, encode_request};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
-use super::InvokeError;
+use lampyr_router::InvokeError;
 use super::capacity::{CapacityAccount, CapacityExhausted};
 use super::fiber::{CallOutcome, Disposition, Fiber};
 use super::template::Template;

@@ -8,16 +8,9 @@ use lampyr_abi::Env;
 use super::capacity::CapacityAccount;
 use super::pool::{FiberPool, PoolConfig};
 use super::template::Template;
-use crate::artifact::{ArtifactError, VerifiedArtifact};
+use lampyr_artifact::{ArtifactError, VerifiedArtifact};
 use crate::metrics::RuntimeMetrics;
-use crate::policy::FiberPolicy;
-
-/// Fewest requests a Revision's queue holds.
-const MIN_QUEUE: usize = 100;
-/// Most requests a Revision's queue holds.
-const MAX_QUEUE: usize = 10_000;
-/// Queued requests per fiber the pool may hold.
-const QUEUE_PER_FIBER: usize = 10;
+use lampyr_api::policy::FiberPolicy;
 
 /// Why a Revision's pool could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +33,7 @@ pub enum RevisionPoolError {
 
 /// The fiber pool of Revision `revision`: `artifact`'s template with the
 /// policy's environment applied, at most `max-scale` fibers (`unbounded_max`
-/// when `max-scale` is 0), and a queue of 10 per fiber, between 100 and 10,000;
+/// when `max-scale` is 0), and a queue of fiber-router's size for them;
 /// its fibers take slots of `capacity` when given (fiberd's grant instance).
 ///
 /// Blocks while the template loads (and, for an artifact from another
@@ -61,7 +54,7 @@ pub fn revision_pool(
     let template = Template::load(artifact, &Env { vars: policy.env.clone(), args: policy.args.clone() })?;
     let max = if policy.scaling.max_scale == 0 { unbounded_max } else { policy.scaling.max_scale };
     let max_fibers = usize::try_from(max).unwrap_or(usize::MAX).max(1);
-    let queue_capacity = max_fibers.saturating_mul(QUEUE_PER_FIBER).clamp(MIN_QUEUE, MAX_QUEUE);
+    let queue_capacity = lampyr_router::cluster::queue_for_fibers(max_fibers);
     let config = PoolConfig { revision: revision.to_string(), max_fibers, queue_capacity, capacity };
     Ok(FiberPool::new(template, config, metrics))
 }

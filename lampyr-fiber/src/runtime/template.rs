@@ -7,8 +7,8 @@ use hyperlight_host::sandbox::snapshot::{OciDigest, Snapshot};
 use hyperlight_host::{Sandbox, SandboxBuilder};
 use lampyr_abi::{CONFIGURE_FUNCTION, Env, Limits, encode_env};
 
-use crate::artifact::build::{BuildOptions, SandboxSizes, boot_guest, lampyr_builder};
-use crate::artifact::{ArtifactError, FiberMetadata, PlatformFit, VerifiedArtifact};
+use crate::build::{BuildOptions, SandboxSizes, boot_guest, lampyr_builder};
+use lampyr_artifact::{ArtifactError, FiberMetadata, PlatformFit, VerifiedArtifact};
 
 /// The snapshot fibers of one Revision are restored from, and its limits.
 pub struct Template {

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use lampyr_fiber::artifact::reference::{Repository, plain_http_registries};
+use lampyr_artifact::reference::{Repository, plain_http_registries};
 use lampyr_fiberd::{FiberdConfig, FleetKeySource, InstanceShare, SecretKeyRef};
+use lampyr_process::flags::{positive_seconds, seconds};
 use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::ScalerConfig;
 use tokio::net::TcpListener;
@@ -69,25 +70,25 @@ struct Args {
     #[arg(long, requires = "instance_index")]
     instances: Option<u32>,
     /// Seconds between scaler decisions.
-    #[arg(long, default_value_t = 2.0)]
-    scale_tick: f64,
+    #[arg(long, default_value = "2", value_parser = positive_seconds)]
+    scale_tick: Duration,
     /// Seconds without traffic before a Revision with min-scale 0 drops its last fiber, for
     /// Homes that carry no config-autoscaler settings (written by an older lampyr-controller).
-    #[arg(long, default_value_t = 30.0)]
-    scale_to_zero_grace: f64,
+    #[arg(long, default_value = "30", value_parser = seconds)]
+    scale_to_zero_grace: Duration,
     /// Least seconds between two status writes for one Home (warm fiber updates).
-    #[arg(long, default_value_t = 1.0)]
-    status_interval: f64,
+    #[arg(long, default_value = "1", value_parser = positive_seconds)]
+    status_interval: Duration,
     /// Homes loading at once.
     #[arg(long, default_value_t = 2)]
     max_concurrent_loads: usize,
     /// Seconds requests in flight may finish after SIGTERM.
-    #[arg(long, default_value_t = 30.0)]
-    drain_seconds: f64,
+    #[arg(long, default_value = "30", value_parser = seconds)]
+    drain_seconds: Duration,
     /// Seconds fiberd keeps accepting requests after SIGTERM once its status entries are
     /// removed, for routers that have not seen the removal yet.
-    #[arg(long, default_value_t = 2.0)]
-    deregistration_seconds: f64,
+    #[arg(long, default_value = "2", value_parser = seconds)]
+    deregistration_seconds: Duration,
 }
 
 fn main() -> ExitCode {
@@ -104,7 +105,7 @@ async fn run(args: Args) -> Result<(), String> {
 fn config(args: &Args) -> Result<FiberdConfig, String> {
     let cache_dir = match &args.cache_dir {
         Some(dir) => dir.clone(),
-        None => lampyr_fiber::cache::Cache::default_location().map_err(|e| format!("{e} (or give --cache-dir)"))?,
+        None => lampyr_artifact::cache::Cache::default_location().map_err(|e| format!("{e} (or give --cache-dir)"))?,
     };
     let mut config = FiberdConfig::new(args.name.clone(), args.grants.clone(), cache_dir);
     config.namespace = args.namespace.clone();
@@ -127,23 +128,16 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
         ),
     };
     config.scaler = ScalerConfig {
-        tick: seconds(args.scale_tick, "--scale-tick", false)?,
-        scale_to_zero_grace_period: seconds(args.scale_to_zero_grace, "--scale-to-zero-grace", true)?,
+        tick: args.scale_tick,
+        scale_to_zero_grace_period: args.scale_to_zero_grace,
         ..ScalerConfig::default()
     };
     config.capacity = args.fiber_slots.zip(args.fiber_memory);
     // A count of 0: not known until the grant is read.
     config.instance = args.instance_index.map(|index| InstanceShare { index, count: args.instances.unwrap_or(0) });
-    config.status_interval = seconds(args.status_interval, "--status-interval", false)?;
+    config.status_interval = args.status_interval;
     config.max_concurrent_loads = args.max_concurrent_loads;
-    config.drain_timeout = seconds(args.drain_seconds, "--drain-seconds", true)?;
-    config.deregistration_delay = seconds(args.deregistration_seconds, "--deregistration-seconds", true)?;
+    config.drain_timeout = args.drain_seconds;
+    config.deregistration_delay = args.deregistration_seconds;
     Ok(config)
-}
-
-fn seconds(value: f64, flag: &str, zero_ok: bool) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(value)
-        .ok()
-        .filter(|d| zero_ok || !d.is_zero())
-        .ok_or_else(|| format!("{flag} must be a {} number of seconds, not {value}", if zero_ok { "non-negative" } else { "positive" }))
 }

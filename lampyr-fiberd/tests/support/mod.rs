@@ -13,7 +13,7 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use lampyr_api::policy::{FiberPolicy, ScalingPolicy};
 use lampyr_api::{Home, HomeInstance, HomeSpec};
-use lampyr_fiber::seal::FleetKey;
+use lampyr_artifact::seal::FleetKey;
 use lampyr_fiberd::{FiberdConfig, FiberdError, FleetKeySource, SecretKeyRef};
 use lampyr_router::ScalerConfig;
 use lampyr_testenv::{Artifact, Cluster, TestRegistry, example_artifact, repo_root, require_kvm};

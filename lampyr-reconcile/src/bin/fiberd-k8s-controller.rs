@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use lampyr_process::{run_main, shutdown_signal};
+use lampyr_process::run_main;
 use lampyr_reconcile::grant::{KvmAccess, PodSettings, run_grant_controller};
 use lampyr_reconcile::runner::{CommonArgs, run_controller};
 use prometheus_client::registry::Registry;
@@ -37,8 +37,11 @@ fn main() -> ExitCode {
         kvm: args.kvm_device_plugin.map_or(KvmAccess::HostPath, KvmAccess::DevicePlugin),
         ..PodSettings::default()
     };
-    let run = run_controller(COMPONENT, &args.common, Registry::default(), |client, _health| {
-        run_grant_controller(client, settings, shutdown_signal())
+    let run = run_controller(COMPONENT, &args.common, Registry::default(), None, |client, _health, stopping| async move {
+        Ok::<_, std::convert::Infallible>(async move {
+            run_grant_controller(client, settings, stopping.stopped()).await;
+            Ok(())
+        })
     });
     run_main(COMPONENT, run)
 }

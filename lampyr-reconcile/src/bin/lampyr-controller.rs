@@ -1,7 +1,6 @@
-//! `lampyr-controller`: the Fiber Revision reconciler. Wires flags, the admin
-//! server and leader election to `lampyr_reconcile::revision::run` (process
-//! setup is `lampyr_process`'s, the shared flags `runner::CommonArgs`); see
-//! `docs/lampyr-controller.md`.
+//! `lampyr-controller`: the Fiber Revision reconciler. Flags, then
+//! `lampyr_reconcile::revision::run` under the shared runner (admin server, leader
+//! election, shutdown: `runner::run_controller`); see `docs/lampyr-controller.md`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,13 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use lampyr_process::{run_main, shutdown_signal};
-use lampyr_reconcile::admin::{AdminServer, Health};
-use lampyr_reconcile::leader::LeaderElector;
+use lampyr_process::flags::{byte_quantity, go_duration};
+use lampyr_process::run_main;
 use lampyr_reconcile::revision::{self, Context, ControllerConfig, Metrics};
-use lampyr_reconcile::runner::{CommonArgs, byte_quantity, go_duration};
+use lampyr_reconcile::runner::{CommonArgs, run_controller};
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 
 const COMPONENT: &str = "lampyr-controller";
 
@@ -84,11 +81,35 @@ fn namespaced_name(text: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
-    run_main(COMPONENT, run(Args::parse()))
+    let args = Args::parse();
+    let config = controller_config(&args);
+    let metrics = Metrics::default();
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let leader = metrics.leader.clone();
+    let run = run_controller(COMPONENT, &args.common, registry, Some(leader), |client, health, stopping| {
+        let api = health.check("api");
+        let settings_read = health.check("settings");
+        settings_read.set_not_ready("config-autoscaler and the image map not read yet");
+        async move {
+            let context = Arc::new(Context::new(client.clone(), config, metrics)?);
+            revision::check_crds(&client).await?;
+            api.set_ready();
+            // Every replica reads config-autoscaler and the image map, so a standby is ready to lead with them.
+            tokio::spawn(revision::watch_settings(Arc::clone(&context)));
+            let settings = Arc::clone(&context);
+            tokio::spawn(async move {
+                settings.settings_synced().await;
+                settings_read.set_ready();
+            });
+            Ok::<_, revision::Error>(revision::run(context, stopping.stopped()))
+        }
+    });
+    run_main(COMPONENT, run)
 }
 
-async fn run(args: Args) -> Result<(), String> {
-    let client = args.common.client().await.map_err(|e| e.to_string())?;
+/// The reconciler's configuration from the flags.
+fn controller_config(args: &Args) -> ControllerConfig {
     let mut config = ControllerConfig::new(&args.router_service, &args.grant_image, &args.helper_image);
     config.grant.instances = args.grant_instances;
     config.grant.max_instances = args.grant_max_instances.unwrap_or(args.grant_instances);
@@ -104,72 +125,5 @@ async fn run(args: Args) -> Result<(), String> {
     config.progress_deadline = args.progress_deadline;
     config.autoscaler_config = args.autoscaler_config.clone();
     config.image_map = args.image_map.clone();
-
-    let metrics = Metrics::default();
-    let mut registry = Registry::default();
-    metrics.register(&mut registry);
-    let context = Arc::new(Context::new(client.clone(), config, metrics.clone()).map_err(|e| e.to_string())?);
-
-    let (stop, stopping) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down");
-        let _ = stop.send(true);
-    });
-    let stopped = move || {
-        let mut stopping = stopping.clone();
-        async move {
-            let _ = stopping.wait_for(|s| *s).await;
-        }
-    };
-
-    let health = Health::default();
-    let api = health.check("api");
-    let settings_read = health.check("settings");
-    settings_read.set_not_ready("config-autoscaler and the image map not read yet");
-    let admin = AdminServer::bind(args.common.metrics_addr, registry, health)
-        .await
-        .map_err(|e| format!("cannot serve /metrics on {}: {e}", args.common.metrics_addr))?;
-    tracing::info!(addr = %admin.local_addr().map_err(|e| e.to_string())?, "admin server: /metrics /healthz /readyz");
-    tokio::spawn(admin.serve(stopped()));
-    revision::check_crds(&client).await.map_err(|e| e.to_string())?;
-    api.set_ready();
-    // Every replica reads config-autoscaler and the image map, so a standby is ready to lead with them.
-    tokio::spawn(revision::watch_settings(Arc::clone(&context)));
-    let settings = Arc::clone(&context);
-    tokio::spawn(async move {
-        settings.settings_synced().await;
-        settings_read.set_ready();
-    });
-
-    let work = revision::run(context, stopped());
-    if !args.common.leader_elect {
-        metrics.leader.set(1);
-        return work.await.map_err(|e| e.to_string());
-    }
-    let lease = args.common.lease_config(COMPONENT);
-    tracing::info!(identity = %lease.identity, lease = %format!("{}/{}", lease.namespace, lease.name), "waiting for the lease");
-    let elector = LeaderElector::new(client, lease).map_err(|e| e.to_string())?;
-    let mut leading = elector.subscribe();
-    let gauge = metrics.leader.clone();
-    tokio::spawn(async move {
-        while leading.changed().await.is_ok() {
-            gauge.set(i64::from(*leading.borrow()));
-        }
-    });
-    let leading = elector.subscribe();
-    // A standby stops at once on a signal; a leader finishes its reconciles and releases the lease.
-    let standby_exit = async move {
-        stopped().await;
-        if *leading.borrow() {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        result = elector.run(work) => match result {
-            Ok(done) => done.map_err(|e| e.to_string()),
-            Err(lost) => Err(lost.to_string()),
-        },
-        () = standby_exit => Ok(()),
-    }
+    config
 }

@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lampyr_api::keys;
-use lampyr_fiber::artifact::layout::sha256_digest;
-use lampyr_fiber::artifact::reference::Repository;
-use lampyr_fiber::artifact::{ArtifactRef, FiberMetadata, verify_layout};
-use lampyr_fiber::cache::Cache;
-use lampyr_fiber::registry::{RegistryClient, RegistryError};
+use lampyr_artifact::layout::sha256_digest;
+use lampyr_artifact::reference::Repository;
+use lampyr_artifact::{ArtifactRef, FiberMetadata, verify_layout};
+use lampyr_artifact::cache::Cache;
+use lampyr_artifact::registry::{RegistryClient, RegistryError};
 
 /// An artifact that was pulled by digest and passed every check.
 #[derive(Clone, Debug, PartialEq, Eq)]

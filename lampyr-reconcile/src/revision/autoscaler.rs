@@ -6,7 +6,7 @@
 //! `autoscaler_config_valid` gauge at 0.
 //!
 //! What to do with one observation of the ConfigMap is the pure
-//! [`AutoscalerSettings::observe`]; [`watch`] only performs its effects.
+//! [`AutoscalerSettings::observe`]; [`watch()`] only performs its effects.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -250,7 +250,7 @@ mod tests {
 
     fn policy() -> FiberPolicy {
         let t: RevisionTemplateSpec = serde_json::from_value(json!({"spec": {"containers": [{"image": "x"}]}})).unwrap();
-        lampyr_fiber::translate::translate(&t).unwrap()
+        lampyr_api::translate::translate(&t).unwrap()
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! `docker.io/library/helloworld:latest`); an entry naming a tag or digest wins over
 //! one naming the repository. An invalid entry is left out and reported (log,
 //! Warning Event on the ConfigMap, `image_map_invalid_entries` gauge); the others
-//! stay in effect. Parsing is the pure [`ImageMap::from_data`]; [`watch`] performs
+//! stay in effect. Parsing is the pure [`ImageMap::from_data`]; [`watch()`] performs
 //! the effects.
 
 use std::collections::BTreeMap;
@@ -336,7 +336,7 @@ mod tests {
         bad.insert("b".into(), "nonsense".into());
         let (problems, new) = settings.observe(Some(&bad));
         assert!(new && problems.len() == 1);
-        assert_eq!(settings.observe(Some(&bad)).1, false, "the same problems are reported once");
+        assert!(!settings.observe(Some(&bad)).1, "the same problems are reported once");
         assert_eq!(settings.current().len(), 1, "the valid entry stays");
         settings.observe(None);
         assert!(settings.current().is_empty(), "a deleted ConfigMap maps nothing");

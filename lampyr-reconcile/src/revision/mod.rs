@@ -22,6 +22,7 @@ pub mod images;
 pub mod metrics;
 pub mod owned;
 pub mod placement;
+pub mod plan;
 pub mod status;
 
 use std::collections::HashMap;
@@ -40,10 +41,9 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use lampyr_api::conditions::{KnativeStatus, revision};
-use lampyr_api::{CapacityGrant, Home, HomeStatus, Revision, RevisionStatus, RevisionTemplateSpec, keys};
-use lampyr_fiber::registry::RegistryError;
-use lampyr_fiber::translate::{Rules, translate_with};
+use lampyr_api::conditions::KnativeStatus;
+use lampyr_api::{CapacityGrant, Home, HomeStatus, Revision, RevisionStatus, keys};
+use lampyr_artifact::registry::RegistryError;
 use serde::Serialize;
 
 pub use artifact::{ArtifactProblem, ArtifactResolver, ResolvedArtifact};
@@ -52,8 +52,6 @@ pub use children::{FIELD_MANAGER, GrantSizing, Ownership};
 pub use images::{ImageMap, ImageMapSettings};
 pub use metrics::Metrics;
 
-/// The container name upstream's webhook defaults to.
-const DEFAULT_CONTAINER_NAME: &str = "user-container";
 
 /// What the controller needs to know that no Revision says.
 #[derive(Clone, Debug)]
@@ -219,14 +217,12 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context for `config` (validated).
-    ///
-    /// Installs rustls' `ring` provider as the process default when none is set:
-    /// two providers are linked in (kube's `ring`, oci-client's `aws-lc-rs`), and
-    /// the registry client needs one chosen before its first TLS connection.
+    /// A context for `config` (validated). It changes nothing process-wide: the
+    /// registry client uses rustls with the provider the build links (`ring` only, as
+    /// kube's); a host that links a second provider installs its default first
+    /// (`docs/embedding.md`).
     pub fn new(client: Client, config: ControllerConfig, metrics: Metrics) -> Result<Self, Error> {
         config.validate()?;
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let artifacts = ArtifactResolver::new(&config.cache_dir, &config.plain_http_registries)?;
         Ok(Context {
             client,
@@ -401,16 +397,13 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     let ns = rev.namespace().unwrap_or_default();
     let name = rev.name_any();
     let uid = rev.metadata.uid.clone().unwrap_or_default();
-    let now = Time(Timestamp::now());
-    let mut status = status::begin(rev.status.as_ref(), rev.metadata.generation.unwrap_or(0), &now);
-    let annotations = rev.metadata.annotations.clone().unwrap_or_default();
-    let container = rev.spec.containers.first();
-    let container_name = container.and_then(|c| c.name.clone()).unwrap_or_else(|| DEFAULT_CONTAINER_NAME.into());
-    let image = container.and_then(|c| c.image.clone()).unwrap_or_default();
+    let homes: Api<Home> = Api::namespaced(ctx.client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
 
-    // 1. The artifact (the annotation's, else the image map's entry for the container
-    // image), pulled by digest and verified (once per process).
-    let annotation = annotations.get(keys::SNAPSHOT_ARTIFACT).map(String::as_str);
+    // Observe. The artifact (the annotation's, else the image map's entry for the
+    // container image), pulled by digest and verified (once per process).
+    let annotation = rev.annotations().get(keys::SNAPSHOT_ARTIFACT).map(String::as_str);
+    let image = rev.spec.containers.first().and_then(|c| c.image.clone()).unwrap_or_default();
     let image_map = ctx.images.current();
     let mapped = annotation.is_none().then(|| image_map.lookup(&image)).flatten();
     let reference = annotation.or(mapped.map(|entry| entry.artifact.as_str()));
@@ -418,84 +411,18 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         None => Err(ArtifactProblem::Missing { image: image.clone(), map: ctx.config.image_map_name() }),
         Some(value) => ctx.artifacts.resolve(value).await,
     };
-    status::image_mapped(&mut status, mapped.map(|entry| images::audit(entry, &image, &ctx.config.image_map_name())));
-    let mut retry = None;
-    let mut deployable = true;
-    let artifact = match resolved {
+    match &resolved {
         Ok((artifact, pulled)) => {
             tracing::debug!(revision = %key(rev), reference = %artifact.reference, pulled, "artifact verified");
-            if pulled {
+            if *pulled {
                 Metrics::count(&ctx.metrics.artifact_pulls, "outcome", "verified");
             }
-            status::artifact_resolved(&mut status, &container_name, &artifact.reference);
-            Some(artifact)
         }
-        Err(problem) => {
-            Metrics::count(&ctx.metrics.artifact_failures, "problem", problem.metric_label());
-            let recorded = reference
-                .and_then(|v| artifact::parse_pinned(v).ok())
-                .is_some_and(|p| status.container_statuses.iter().any(|c| c.image_digest == p.canonical));
-            deployable = false;
-            if problem.is_retryable() && recorded && status::initialized(&status) {
-                // Verified by an earlier reconcile (maybe of another controller
-                // process): keep the Revision as it is, retry the pull in the background.
-                tracing::warn!(revision = %key(rev), %problem, "cannot re-verify the artifact; keeping the Revision's state");
-            } else {
-                let (reason, message) = match &problem {
-                    ArtifactProblem::Invalid(m) => (status::REASON_INVALID_ARTIFACT, m.clone()),
-                    other => (
-                        revision::REASON_CONTAINER_MISSING,
-                        revision::container_missing_message(reference.unwrap_or(&image), &other.to_string()),
-                    ),
-                };
-                status::artifact_failed(&mut status, reason, &message, &now);
-                status.container_statuses.clear();
-            }
-            if problem.is_retryable() {
-                retry = Some(problem);
-            }
-            None
-        }
-    };
-
-    // The sealed template, when given, must be a pinned reference too (fiberd pulls it).
-    let sealed = match annotations.get(keys::SEALED_TEMPLATE) {
-        None => None,
-        Some(value) => match artifact::parse_pinned(value) {
-            Ok(p) => Some(p.canonical),
-            Err(problem) => {
-                deployable = false;
-                let message = format!("{}: {problem}", keys::SEALED_TEMPLATE);
-                let message = revision::container_missing_message(value, &message);
-                status::artifact_failed(&mut status, revision::REASON_CONTAINER_MISSING, &message, &now);
-                None
-            }
-        },
-    };
-
-    // 2. The fiber policy, by the shared translation, with the cluster's
-    // autoscaler settings as defaults and, for fiberd, its cluster-wide part.
-    let template = RevisionTemplateSpec { metadata: rev.metadata.clone(), spec: rev.spec.clone() };
-    let autoscaler = ctx.autoscaler.current();
-    let policy = match translate_with(&template, &autoscaler, Rules::Admitted) {
-        Ok(policy) => {
-            let label = |key: &str| rev.labels().get(key).cloned().unwrap_or_default();
-            let mut policy = policy.with_runtime_contract(&name, &label(keys::CONFIGURATION_LABEL), &label(keys::SERVICE_LABEL));
-            policy.scaling.cluster = Some(autoscaler.cluster_scaling());
-            Some(policy)
-        }
-        Err(unsupported) => {
-            deployable = false;
-            status::resources_failed(&mut status, status::REASON_UNSUPPORTED_FIELDS, &unsupported.to_string(), &now);
-            None
-        }
-    };
-
-    let homes: Api<Home> = Api::namespaced(ctx.client.clone(), &ns);
-    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    // As last observed: a Home an earlier write of ours has not reached yet is applied
-    // again, which changes nothing. The Service store holds only Services we manage, so
-    // one it lacks is read (a same-named Service someone else made is not ours to take).
+        Err(problem) => Metrics::count(&ctx.metrics.artifact_failures, "problem", problem.metric_label()),
+    }
+    // The children as last observed: a Home an earlier write of ours has not reached yet
+    // is applied again, which changes nothing. The Service store holds only Services we
+    // manage, so one it lacks is read (a same-named Service someone else made is not ours).
     let mut home = ctx.grants.home(&ns, &name).map(Arc::unwrap_or_clone);
     let service = match ctx.services.get(&ns, &name) {
         Some(service) => Some(Arc::unwrap_or_clone(service)),
@@ -503,28 +430,38 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     };
     // A grant named like the Revision and controlled by it: an older version's per-Revision grant.
     let legacy = ctx.grants.grant(&ns, &name).filter(|g| children::ownership(Some(g.as_ref()), &uid) == Ownership::Ours);
+    let autoscaler = ctx.autoscaler.current();
+    let observed = plan::Observed {
+        revision: rev,
+        now: Time(Timestamp::now()),
+        reference,
+        mapped: mapped.map(|entry| images::audit(entry, &image, &ctx.config.image_map_name())),
+        resolved: resolved.map(|(artifact, _)| artifact),
+        autoscaler: &autoscaler,
+        home: home.as_ref(),
+        service: service.as_ref(),
+        router_service: &ctx.config.router_service,
+    };
+    let now = observed.now.clone();
 
-    // 3 + 4. The children, never touching one this Revision does not control.
-    let not_owned = [("Home", children::ownership(home.as_ref(), &uid)), ("Service", children::ownership(service.as_ref(), &uid))]
-        .into_iter()
-        .find(|(_, o)| *o == Ownership::NotOurs);
+    // Plan, then apply: never touching a child this Revision does not control.
+    let plan = plan::plan(&observed);
+    if let (true, Some(problem)) = (plan.kept, &plan.retry) {
+        tracing::warn!(revision = %key(rev), %problem, "cannot re-verify the artifact; keeping the Revision's state");
+    }
+    let plan::Plan { mut status, retry, policy, deployable, children, .. } = plan;
+    let not_owned = matches!(children, plan::Children::NotOurs);
     let mut waiting = false;
-    if let Some((kind, _)) = not_owned {
-        status::resources_failed(&mut status, revision::REASON_NOT_OWNED, &revision::resource_not_owned_message(kind, &name), &now);
-    } else if let (true, Some(artifact), Some(policy)) = (deployable, &artifact, &policy) {
-        let demand = children::demand(policy, artifact.fiber_memory_bytes);
-        let chosen = placement::grant_name(rev);
-        let desired = children::home(rev, &artifact.reference, sealed.as_deref(), policy, &chosen, demand);
-        let placed = home.as_ref().is_some_and(|h| h.spec.grant_name == chosen);
-        if chosen == keys::SHARED_GRANT_NAME {
-            ensure_shared_grant(ctx, &ns, (!placed).then_some(demand)).await?;
+    if let plan::Children::Deploy(desired) = children {
+        if desired.grant == keys::SHARED_GRANT_NAME {
+            ensure_shared_grant(ctx, &ns, (!desired.placed).then_some(desired.demand)).await?;
         }
-        if placed {
-            if !home.as_ref().is_some_and(|h| h.spec == desired.spec && children::meta_matches(&h.metadata, &desired.metadata)) {
-                home = Some(apply(&homes, &name, &desired, ctx, "Home").await?);
+        if desired.placed {
+            if !desired.home_current {
+                home = Some(apply(&homes, &name, &desired.home, ctx, "Home").await?);
             }
         } else {
-            match place_home(ctx, &homes, &desired, demand).await? {
+            match place_home(ctx, &homes, &desired.home, desired.demand).await? {
                 Ok(applied) => home = Some(applied),
                 // Still on an older version's grant: it keeps serving from there meanwhile.
                 Err(unplaceable) if home.is_some() => {
@@ -538,15 +475,14 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
                 }
             }
         }
-        let desired = children::service(rev, &ctx.config.router_service);
-        if !service.as_ref().is_some_and(|s| children::service_matches(s, &desired)) {
-            apply(&services, &name, &desired, ctx, "Service").await?;
+        if !desired.service_current {
+            apply(&services, &name, &desired.service, ctx, "Service").await?;
         }
     }
     ctx.grants.set_waiting(&ns, &name, waiting);
 
     // 5 + 6. The Home's status from its grant and instances; the Revision's from the Home.
-    if not_owned.is_none()
+    if !not_owned
         && let Some(home) = home.as_ref()
     {
         let grant = ctx.grants.grant(&ns, &home.spec.grant_name);

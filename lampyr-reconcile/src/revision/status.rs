@@ -349,7 +349,7 @@ mod tests {
 
     fn policy() -> FiberPolicy {
         let t: RevisionTemplateSpec = serde_json::from_value(json!({"spec": {"containers": [{"image": "x"}]}})).unwrap();
-        lampyr_fiber::translate::translate(&t).unwrap()
+        lampyr_api::translate::translate(&t).unwrap()
     }
 
     fn rev_cond<'a>(s: &'a RevisionStatus, t: &str) -> &'a Condition {

@@ -42,8 +42,8 @@ struct Args {
     #[arg(long)]
     queue_capacity: Option<usize>,
     /// How long requests in flight may finish after SIGTERM, in seconds.
-    #[arg(long, default_value_t = 30)]
-    drain_seconds: u64,
+    #[arg(long, default_value = "30", value_parser = lampyr_process::flags::seconds)]
+    drain_seconds: Duration,
     /// This router's own Service, NAMESPACE/NAME/PORT-NAME (e.g. lampyr-system/fiber-router/http):
     /// a KIngress is reported Ready only once every ready replica behind it routes its spec.
     /// Unset: this process is the only router.
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     let client = kube_client(args.kubeconfig.as_deref()).await.map_err(|e| e.to_string())?;
     let registry = Registry::default();
-    let router = Router::new(RouterConfig { drain_timeout: Duration::from_secs(args.drain_seconds), ..RouterConfig::default() }, registry);
+    let router = Router::new(RouterConfig { drain_timeout: args.drain_seconds, ..RouterConfig::default() }, registry);
     let mut config = ClusterConfig::new(args.service_dns);
     config.ingress_class = Some(args.ingress_class).filter(|c| !c.is_empty());
     config.backend = FiberdConfig {

@@ -300,9 +300,6 @@ where
 
 /// Builds an admin-or-service-account client from a kubeconfig file.
 pub(crate) async fn client_for(kubeconfig: &Path) -> Result<Client, String> {
-    // Several rustls providers are linked into test binaries (kube's ring,
-    // oci-client's aws-lc-rs): choose one, once, for the whole process.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let file = Kubeconfig::read_from(kubeconfig).map_err(|e| format!("reading {}: {e}", kubeconfig.display()))?;
     let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
         .await

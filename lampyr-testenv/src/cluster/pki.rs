@@ -9,7 +9,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-/// Paths of the PEM files [`write`] creates.
+/// Paths of the PEM files [`write()`] creates.
 pub struct Pki {
     /// The CA certificate clients trust and the API server checks client certificates against.
     pub ca_cert: PathBuf,

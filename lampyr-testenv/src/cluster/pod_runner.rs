@@ -335,7 +335,7 @@ impl PodRunner {
     }
 
     /// Kills the program of Pod `namespace/name` as a crash would; the Pod is reported
-    /// not Ready, and the program is started again after [`RESTART_DELAY`] on the same port.
+    /// not Ready, and the program is started again after `RESTART_DELAY` on the same port.
     pub fn kill(&self, pod: &str) -> bool {
         let mut pods = lock(&self.pods);
         match pods.get_mut(pod).map(|p| &mut p.stage) {

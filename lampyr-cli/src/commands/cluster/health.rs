@@ -1,8 +1,8 @@
 //! `ly cluster health`: one pass/fail line per component, exit code 1 when any fails.
 
 use lampyr_api::keys::{FLEET_KEY_SECRET_KEY, FLEET_KEY_SECRET_NAME, FLEET_KEY_SECRET_NAMESPACE};
-use lampyr_fiber::artifact::reference::Repository;
-use lampyr_fiber::registry::RegistryClient;
+use lampyr_artifact::reference::Repository;
+use lampyr_artifact::registry::RegistryClient;
 use serde_json::Value;
 
 use super::kubectl::{Kubectl, KubectlError};

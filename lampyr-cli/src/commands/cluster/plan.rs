@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use base64::prelude::{BASE64_STANDARD, Engine as _};
-use lampyr_fiber::artifact::reference::{self, Repository};
+use lampyr_artifact::reference::{self, Repository};
 use serde_json::{Value, json};
 
 use super::settings::{Checked, ControllerManifest};

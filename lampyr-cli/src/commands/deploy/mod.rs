@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lampyr_api::keys::{FLEET_KEY_FINGERPRINT, SEALED_TEMPLATE, SNAPSHOT_ARTIFACT};
-use lampyr_fiber::VerifiedArtifact;
-use lampyr_fiber::registry::RegistryClient;
-use lampyr_fiber::seal::{FleetKey, seal_artifact};
+use lampyr_artifact::VerifiedArtifact;
+use lampyr_artifact::registry::RegistryClient;
+use lampyr_artifact::seal::{FleetKey, seal_artifact};
 use serde_json::{Value, json};
 
 use self::repositories::Repositories;
@@ -75,9 +75,9 @@ pub enum DeployError {
         /// Why.
         reason: String,
     },
-    /// The fleet key Secret is unusable.
+    /// The fleet key Secret could not be read or created, or is unusable.
     #[error("fleet key: {0}")]
-    FleetKey(String),
+    FleetKey(#[from] super::fleet_key::FleetKeyError),
     /// The Service's latest Revision failed.
     #[error("Service {service} did not become Ready: {why}\nsee `kubectl describe revisions -n <namespace>` for the Revision's conditions")]
     Failed {
@@ -123,7 +123,7 @@ struct Planned {
     document: ServiceDocument,
     namespace: String,
     name: String,
-    policy: lampyr_fiber::policy::FiberPolicy,
+    policy: lampyr_api::policy::FiberPolicy,
 }
 
 /// What every Service's deploy shares.
@@ -153,7 +153,7 @@ pub fn run(args: DeployArgs, ui: &mut Ui) -> Result<(), CliError> {
              --plain-http-registry flags name it; add --plain-http-registry={registry} to its Deployment, or push beside the templates"
         ));
     }
-    let key = fleet_key::get_or_create(&kubectl, ui)?;
+    let key = fleet_key::get_or_create(&kubectl, ui).map_err(DeployError::from)?;
     let fingerprint = fleet_key::fingerprint(&key.public());
     let timeout = Duration::from_secs(args.timeout);
     let node_port = settings.ingress.http_node_port;
@@ -199,7 +199,7 @@ fn plan(paths: &[PathBuf], default_namespace: &str, flag: Option<&str>) -> Resul
                 (Some(ns), _) => ns.clone(),
                 (None, _) => default_namespace.to_string(),
             };
-            let policy = lampyr_fiber::translate::translate(&document.service.spec.template).map_err(|e| {
+            let policy = lampyr_api::translate::translate(&document.service.spec.template).map_err(|e| {
                 DeployError::Unsupported { manifest: manifest.clone(), name: name.clone(), reason: e.to_string() }
             })?;
             planned.push(Planned { source: source.clone(), document, namespace, name, policy });
@@ -265,7 +265,7 @@ impl Deployer {
 
     /// Seals the artifact to the fleet key and pushes it; returns the template's pinned reference.
     fn seal_and_push(&self, artifact: &VerifiedArtifact, ui: &mut Ui) -> Result<String, CliError> {
-        let dir = lampyr_fiber::cache::Cache::default_location()?.join("sealed");
+        let dir = lampyr_artifact::cache::Cache::default_location()?.join("sealed");
         std::fs::create_dir_all(&dir).map_err(|source| DeployError::Io { path: dir.clone(), source })?;
         let out = dir.join(format!("{}.age", artifact.digest.trim_start_matches("sha256:")));
         ui.step(format!("sealing the fiberd template of {} to fleet key {}", artifact.digest, self.fingerprint));

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use lampyr_fiber::artifact::reference::{Repository, plain_http_registries};
+use lampyr_artifact::reference::{Repository, plain_http_registries};
 
 use super::DeployError;
 use crate::commands::cluster::kubectl::Kubectl;

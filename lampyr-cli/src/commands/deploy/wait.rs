@@ -87,12 +87,11 @@ pub fn until_ready(
             }
             Some(pending) => pending,
         };
-        if let Progress::Pending(what) = now {
-            if what != last {
+        if let Progress::Pending(what) = now
+            && what != last {
                 ui.step(format!("  {namespace}/{name}: {what}"));
                 last = what;
             }
-        }
         if started.elapsed() >= timeout {
             return Err(DeployError::Timeout { service: format!("{namespace}/{name}"), waited: timeout, last });
         }

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use oci_spec::image::{ImageIndex, ImageManifest};
 use serde_json::json;
 
-use crate::artifact::layout::{self, MAX_JSON_BYTES, digest_hex, hash_reader, sha256_digest, write_index};
-use crate::artifact::{ARTIFACT_TAG, ArtifactError, SNAPSHOT_TAG};
+use crate::layout::{self, MAX_JSON_BYTES, digest_hex, hash_reader, sha256_digest, write_index};
+use crate::{ARTIFACT_TAG, ArtifactError, SNAPSHOT_TAG};
 
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";

@@ -17,10 +17,10 @@ use std::str::FromStr;
 use age::secrecy::ExposeSecret;
 use oci_spec::image::{ImageIndex, ImageManifest};
 
-use crate::artifact::build::MAX_ELF_BYTES;
-use crate::artifact::layout::{MAX_JSON_BYTES, blob_path, digest_hex, hash_reader};
-use crate::artifact::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
-use crate::artifact::{ArtifactError, VerifiedArtifact, verify_layout};
+use crate::MAX_ELF_BYTES;
+use crate::layout::{MAX_JSON_BYTES, blob_path, digest_hex, hash_reader};
+use crate::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
+use crate::{ArtifactError, VerifiedArtifact, verify_layout};
 use crate::cache::{Cache, CacheError};
 
 /// `artifactType` of a sealed template's OCI manifest.

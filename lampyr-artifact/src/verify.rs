@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
 use serde::Deserialize;
 
-use super::build::MAX_ELF_BYTES;
 use super::layout::{MAX_JSON_BYTES, blob_path, read_blob, read_index, verify_blob_file};
 use super::platform::Platform;
 use super::{
+    MAX_ELF_BYTES,
     ARTIFACT_TAG, ArtifactError, FiberMetadata, HYPERLIGHT_SNAPSHOT_ABI, HYPERLIGHT_VERSION, METADATA_NAMESPACE,
     MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY,
     MT_HYPERLIGHT_TRANSPORT,

@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use lampyr_abi::{Request, Response};
-use lampyr_fiber::{FiberPool, InvokeError};
+use lampyr_router::{Backend, BackendStats, InvokeError, Scaler, ScalerConfig};
+
+use crate::FiberPool;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, BackendStats, BoxFuture};
-use crate::scaler::{Scaler, ScalerConfig};
+use lampyr_router::backend::BoxFuture;
 
 /// A Revision's local fibers and their scaler.
 pub struct LocalBackend {
@@ -23,7 +24,7 @@ impl LocalBackend {
     /// (which ends when the backend is dropped). Fibers the pool's capacity has no
     /// room for are not an error: the pool serves with those it could start, and
     /// requests that find no fiber and no room are answered 503.
-    pub async fn start(pool: FiberPool, scaling: lampyr_fiber::policy::ScalingPolicy, config: ScalerConfig) -> Result<Arc<Self>, InvokeError> {
+    pub async fn start(pool: FiberPool, scaling: lampyr_api::policy::ScalingPolicy, config: ScalerConfig) -> Result<Arc<Self>, InvokeError> {
         let tick = config.tick;
         let scaler = Scaler::new(scaling, config, std::time::Instant::now());
         match pool.set_desired(scaler.initial() as usize).await {
@@ -43,7 +44,7 @@ impl LocalBackend {
 
     /// Applies a changed scaling policy from the next decision on, with the
     /// same pool and warm fibers (see [`Scaler::update_policy`]).
-    pub fn update_policy(&self, scaling: lampyr_fiber::policy::ScalingPolicy) {
+    pub fn update_policy(&self, scaling: lampyr_api::policy::ScalingPolicy) {
         match self.scaler.lock() {
             Ok(mut scaler) => scaler.update_policy(scaling, std::time::Instant::now()),
             Err(_) => tracing::warn!("the scaler is poisoned; the scaling policy was not updated"),

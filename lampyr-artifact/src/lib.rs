@@ -1,25 +1,30 @@
-//! Lampyr snapshot artifacts: how a guest becomes a digest-pinned OCI artifact
-//! (Hyperlight's native snapshot plus the guest ELF) and how one is verified.
+//! Lampyr's snapshot artifacts without a hypervisor: reading and verifying them,
+//! their references, the local cache, sealing for a fleet and moving them through
+//! OCI registries. Building one (booting a guest and taking its snapshot) is
+//! `lampyr-fiber`'s, the only crate that links Hyperlight.
 //!
 //! An artifact is an OCI image index (the digest Lampyr pins) naming two
 //! manifests: Hyperlight's own snapshot manifest, unchanged, and a guest
 //! manifest whose one layer is the guest ELF. See `docs/artifacts.md`.
 
-pub mod build;
+pub mod cache;
 pub mod layout;
 pub mod platform;
 pub mod reference;
+pub mod registry;
+pub mod seal;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use build::{BuildOptions, BuiltArtifact, build_artifact, reusable_artifact};
 pub use platform::Platform;
 pub use reference::ArtifactRef;
 pub use verify::{PlatformFit, VerifiedArtifact, verify_layout};
 
+/// Largest guest ELF accepted.
+pub const MAX_ELF_BYTES: u64 = 64 * 1024 * 1024;
 /// `artifactType` of the index that is a Lampyr artifact.
 pub const MT_ARTIFACT: &str = "application/vnd.lampyr.fiber.artifact.v1";
 /// `artifactType` of the manifest carrying the guest ELF.
@@ -148,13 +153,13 @@ pub enum ArtifactError {
         /// Where.
         layout: PathBuf,
     },
-    /// Hyperlight refused an operation.
+    /// Hyperlight refused an operation (while building an artifact or loading its template).
     #[error("hyperlight: {context}: {source}")]
     Hyperlight {
         /// What Lampyr was doing.
         context: String,
-        /// Hyperlight's error.
-        source: hyperlight_host::HyperlightError,
+        /// Hyperlight's error (boxed: this crate does not link Hyperlight).
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The guest does not implement Lampyr's ABI.
     #[error("guest does not speak Lampyr ABI {expected}: {reason} (build it with the lampyr-guest SDK)")]
@@ -173,7 +178,7 @@ impl ArtifactError {
     }
 
     /// A Hyperlight error while doing `context`.
-    pub fn hyperlight(context: impl Into<String>, source: hyperlight_host::HyperlightError) -> Self {
-        ArtifactError::Hyperlight { context: context.into(), source }
+    pub fn hyperlight(context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ArtifactError::Hyperlight { context: context.into(), source: Box::new(source) }
     }
 }

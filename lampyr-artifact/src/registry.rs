@@ -19,11 +19,11 @@ use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
 
-use crate::artifact::build::MAX_ELF_BYTES;
-use crate::artifact::layout::{self, MAX_JSON_BYTES, digest_hex, sha256_digest};
-use crate::artifact::reference::Repository;
-use crate::artifact::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
-use crate::artifact::{
+use crate::MAX_ELF_BYTES;
+use crate::layout::{self, MAX_JSON_BYTES, digest_hex, sha256_digest};
+use crate::reference::Repository;
+use crate::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
+use crate::{
     ArtifactError, ArtifactRef, MT_ARTIFACT, MT_EMPTY, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY,
     MT_HYPERLIGHT_TRANSPORT, VerifiedArtifact, verify_layout,
 };
@@ -204,6 +204,19 @@ struct Op<'a> {
     digest: &'a str,
 }
 
+/// An OCI distribution client for `config`: every Lampyr client of a registry is made here.
+///
+/// reqwest, under oci-client, takes rustls' process-default provider and, in this build
+/// (ring only, no aws-lc-rs), has no fallback of its own. rustls makes the one provider a
+/// build links the default on first use (as kube's client does); this does the same when
+/// nothing has yet. A default the host process installed stays.
+pub fn oci_client(config: ClientConfig) -> Result<oci_client::Client, OciDistributionError> {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    oci_client::Client::try_from(config)
+}
+
 impl RegistryClient {
     /// A client speaking HTTPS except to the registries (`host[:port]`) in `plain_http`.
     ///
@@ -218,7 +231,7 @@ impl RegistryClient {
             read_timeout: Some(READ_TIMEOUT),
             ..ClientConfig::default()
         };
-        let client = oci_client::Client::try_from(config).map_err(|e| RegistryError::Client(Box::new(e)))?;
+        let client = oci_client(config).map_err(|e| RegistryError::Client(Box::new(e)))?;
         Ok(RegistryClient { client, plain_http })
     }
 

@@ -9,14 +9,12 @@ use hyperlight_host::{HyperlightError, Sandbox, SandboxBuilder};
 use lampyr_abi::{ABI_VERSION, ABI_VERSION_FUNCTION, HANDLE_FUNCTION, INIT_FUNCTION};
 use serde_json::json;
 
-use super::layout::{read_index, sha256_digest, write_blob, write_index};
-use super::{
+use lampyr_artifact::layout::{read_index, sha256_digest, write_blob, write_index};
+use lampyr_artifact::{
     ARTIFACT_TAG, ArtifactError, FiberMetadata, METADATA_NAMESPACE, MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF,
-    MT_HYPERLIGHT_CONFIG, SNAPSHOT_TAG,
+    MAX_ELF_BYTES, MT_HYPERLIGHT_CONFIG, PlatformFit, SNAPSHOT_TAG, VerifiedArtifact, verify_layout,
 };
 
-/// Largest guest ELF accepted.
-pub const MAX_ELF_BYTES: u64 = 64 * 1024 * 1024;
 const PAGE: u64 = 4096;
 const FRAME_HEADROOM: u64 = 64 * 1024;
 
@@ -149,8 +147,8 @@ pub fn build_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Result<Bui
 /// `None` when there is none, it differs, or it does not verify. Snapshots are
 /// not byte-for-byte reproducible, so reusing one keeps an unchanged guest's
 /// artifact digest, and everything pinned to it, stable.
-pub fn reusable_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Option<super::VerifiedArtifact> {
-    let existing = super::verify_layout(out, None).ok()?;
+pub fn reusable_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Option<VerifiedArtifact> {
+    let existing = verify_layout(out, None).ok()?;
     let elf_digest = sha256_digest(&read_elf(elf).ok()?);
     let s = opts.sizes();
     let m = &existing.metadata;
@@ -158,7 +156,7 @@ pub fn reusable_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Option<
         && m.guest_elf_digest == elf_digest
         && (m.max_request_body, m.max_response_body) == (opts.max_body, opts.max_body)
         && (m.heap_size, m.scratch_size) == (s.heap, s.scratch)
-        && existing.fit == super::PlatformFit::Fits;
+        && existing.fit == PlatformFit::Fits;
     same.then_some(existing)
 }
 

@@ -42,9 +42,12 @@ impl fmt::Display for Platform {
     }
 }
 
-/// Lampyr builds Hyperlight with KVM only.
+/// Lampyr builds Hyperlight with KVM only: `kvm` when this process can open `/dev/kvm` for
+/// reading and writing, as Hyperlight does (it also checks KVM's API version when a sandbox
+/// is made, and refuses there), else `none`.
 fn host_hypervisor() -> &'static str {
-    if hyperlight_host::is_hypervisor_present() { "kvm" } else { "none" }
+    let kvm = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm");
+    if kvm.is_ok() { "kvm" } else { "none" }
 }
 
 /// `vendor_id` from `/proc/cpuinfo` (the CPUID leaf-0 string Hyperlight records).
