@@ -177,7 +177,12 @@ async fn apply_to_ready(stack: &LampyrStack, artifact: &str, n: usize, table: &m
         times_baseline(ready.median(), floor),
     );
     table.row("   … p90 / max", spread(&ready), "-", times_baseline(ready.percentile(90.0), seen.percentile(90.0)));
-    table.row("   … to its first 200 through fiber-router (median)", fmt_duration(answered.median()), "-", times_baseline(answered.median(), floor));
+    table.row(
+        "   … to its first 200 through fiber-router (median)",
+        fmt_duration(answered.median()),
+        "-",
+        times_baseline(answered.median(), floor),
+    );
     table.row(&format!("   baseline: kubectl apply → ConfigMap read back (median of {n})"), fmt_duration(floor), "-", "1×".into());
     table.row("   baseline p90 / max", spread(&seen), "-", "-".into());
 }
@@ -323,11 +328,7 @@ impl ApiActivity {
 /// The value of label `name` in a metric's `{…}` labels, or `""`.
 fn label(labels: &str, name: &str) -> String {
     let key = format!("{name}=\"");
-    labels
-        .find(&key)
-        .and_then(|at| labels[at + key.len()..].split('"').next())
-        .unwrap_or_default()
-        .to_string()
+    labels.find(&key).and_then(|at| labels[at + key.len()..].split('"').next()).unwrap_or_default().to_string()
 }
 
 /// `VERB resource` of a request metric's labels (`WATCH homes`, `PATCH homes/status`).
@@ -404,7 +405,8 @@ where
             return started.elapsed();
         }
         let version = list.metadata.resource_version.unwrap_or_default();
-        let mut events = api.watch(&WatchParams::default().timeout(240), &version).await.unwrap_or_else(|e| panic!("watching: {e}")).boxed();
+        let mut events =
+            api.watch(&WatchParams::default().timeout(240), &version).await.unwrap_or_else(|e| panic!("watching: {e}")).boxed();
         loop {
             let next = tokio::time::timeout_at(deadline, events.try_next()).await;
             match next.unwrap_or_else(|_| panic!("fewer than {count} done within {WATCH_PATIENCE:?}")) {
@@ -431,7 +433,9 @@ async fn traffic_changes(stack: &LampyrStack, artifact: &str, n: usize, table: &
     stack.kubectl_apply(&warm_service(&ns, name, artifact, "two"));
     let host = stack.ready_host(&services, name).await;
     // Revision 2 (latest) answering first, so the first change is a real one.
-    stack.poll("revision 2 answering", POLL, async || (stack.get(&host, "/").await.ok()? == (200, "Hello two!\n".into())).then_some(())).await;
+    stack
+        .poll("revision 2 answering", POLL, async || (stack.get(&host, "/").await.ok()? == (200, "Hello two!\n".into())).then_some(()))
+        .await;
 
     let targets = [(format!("{name}-00001"), "Hello one!\n"), (format!("{name}-00002"), "Hello two!\n")];
     let (mut served, mut ready) = (Vec::new(), Vec::new());
@@ -455,7 +459,12 @@ async fn traffic_changes(stack: &LampyrStack, artifact: &str, n: usize, table: &
         times_baseline(served.median(), ready.median()),
     );
     table.row("   … p90 / max", spread(&served), "-", times_baseline(served.percentile(90.0), ready.percentile(90.0)));
-    table.row(&format!("   baseline: same patch → Service Ready at its generation (median of {n})"), fmt_duration(ready.median()), "-", "1×".into());
+    table.row(
+        &format!("   baseline: same patch → Service Ready at its generation (median of {n})"),
+        fmt_duration(ready.median()),
+        "-",
+        "1×".into(),
+    );
     table.row("   baseline p90 / max", spread(&ready), "-", "-".into());
 }
 
@@ -468,7 +477,14 @@ fn warm_service(ns: &str, name: &str, artifact: &str, target: &str) -> Value {
 
 /// Patches all traffic of Service `name` to `revision`; returns how long until
 /// fiber-router answered `body` on `host`, and until the Service was Ready.
-async fn change_traffic(stack: &LampyrStack, services: &Api<Service>, name: &str, host: &str, revision: &str, body: &str) -> (Duration, Duration) {
+async fn change_traffic(
+    stack: &LampyrStack,
+    services: &Api<Service>,
+    name: &str,
+    host: &str,
+    revision: &str,
+    body: &str,
+) -> (Duration, Duration) {
     let patch = json!({ "spec": { "traffic": [{ "revisionName": revision, "percent": 100 }] } });
     let started = Instant::now();
     services.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_or_else(|e| panic!("patching traffic: {e}"));
@@ -522,7 +538,12 @@ async fn new_revisions(stack: &LampyrStack, artifact: &str, n: usize, table: &mu
     delete_namespace(stack, &ns).await;
 
     let (ready, floor) = (Samples(ready), Samples(floor));
-    table.row(&format!("4. new Revision of a Service → Ready (median of {n})"), fmt_duration(ready.median()), "-", times_baseline(ready.median(), floor.median()));
+    table.row(
+        &format!("4. new Revision of a Service → Ready (median of {n})"),
+        fmt_duration(ready.median()),
+        "-",
+        times_baseline(ready.median(), floor.median()),
+    );
     table.row("   … p90 / max", spread(&ready), "-", times_baseline(ready.percentile(90.0), floor.percentile(90.0)));
     table.row("   grant Pods started during them / in the namespace", format!("{pods_started} / {pods_total}"), "-", "-".into());
     table.row(&format!("   baseline: ConfigMap patch → read back (median of {n})"), fmt_duration(floor.median()), "-", "1×".into());
@@ -584,7 +605,12 @@ async fn held_at_zero(stack: &LampyrStack, artifact: &str, n: usize, table: &mut
         "-",
         times_baseline(ready.done, maps.done),
     );
-    table.row("   … grant Pods holding them", format!("{grant_pods} (1 per {:.0} Revisions)", n as f64 / grant_pods.max(1) as f64), "-", "-".into());
+    table.row(
+        "   … grant Pods holding them",
+        format!("{grant_pods} (1 per {:.0} Revisions)", n as f64 / grant_pods.max(1) as f64),
+        "-",
+        "-".into(),
+    );
     table.row("   … API objects per Revision in the namespace", format!("{per_revision:.1} ({})", named.join(", ")), "-", "-".into());
     table.row(
         "   … fiberd resident memory: 1 Revision / all / all idle",

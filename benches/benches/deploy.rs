@@ -6,12 +6,12 @@
 //!
 //! Run: `cargo bench -p lampyr-benches --bench deploy`
 
-use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
-use lampyr_artifact::reference::Repository;
-use lampyr_artifact::verify_layout;
 use lampyr_artifact::cache::Cache;
+use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::RegistryClient;
 use lampyr_artifact::seal::{FleetKey, open_artifact, seal_artifact};
+use lampyr_artifact::verify_layout;
+use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
 use lampyr_testenv::TestRegistry;
 
 const SAMPLES: usize = 10;
@@ -71,9 +71,19 @@ fn main() {
     t.row("seal the template to the fleet key", fmt_duration(seal.median()), "-", times_baseline(seal.median(), verify.median()));
     t.row("push the artifact (baseline)", fmt_duration(push.median()), "-", "1×".into());
     t.row("push the sealed template", fmt_duration(push_template.median()), "-", times_baseline(push_template.median(), push.median()));
-    t.row("ly deploy's additions: seal + push template", fmt_duration(seal.median() + push_template.median()), "-", times_baseline(seal.median() + push_template.median(), push.median()));
+    t.row(
+        "ly deploy's additions: seal + push template",
+        fmt_duration(seal.median() + push_template.median()),
+        "-",
+        times_baseline(seal.median() + push_template.median(), push.median()),
+    );
     t.row("pull and verify the artifact (baseline: fiberd without a template)", fmt_duration(pull.median()), "-", "1×".into());
-    t.row("pull the template, open and verify it (fiberd)", fmt_duration(pull_open.median()), "-", times_baseline(pull_open.median(), pull.median()));
+    t.row(
+        "pull the template, open and verify it (fiberd)",
+        fmt_duration(pull_open.median()),
+        "-",
+        times_baseline(pull_open.median(), pull.median()),
+    );
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
         "\nLampyr deploy benchmark (hello example: {:.1} MiB artifact, {:.1} MiB sealed template; medians of {SAMPLES})\n",

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use hyperlight_host::{HostFunctions, Sandbox};
 use lampyr_abi::{Env, Request};
+use lampyr_artifact::verify_layout;
 use lampyr_benches::{Samples, Table, fmt_duration, private_memory_bytes, speedup};
 use lampyr_fiber::build::boot_guest;
-use lampyr_artifact::verify_layout;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
@@ -35,9 +35,8 @@ fn main() {
     let load = Samples::measure(50, 3, || drop(Template::load(&artifact, &Env::default()).expect("load")));
     let template = Template::load(&artifact, &Env::default()).expect("load");
     let snapshot = Arc::clone(template.snapshot());
-    let new_fiber = Samples::measure(200, 10, || {
-        drop(Sandbox::from_snapshot(Arc::clone(&snapshot), HostFunctions::default(), None).expect("fiber"))
-    });
+    let new_fiber =
+        Samples::measure(200, 10, || drop(Sandbox::from_snapshot(Arc::clone(&snapshot), HostFunctions::default(), None).expect("fiber")));
     let restore = {
         let mut sb = Sandbox::from_snapshot(Arc::clone(&snapshot), HostFunctions::default(), None).expect("fiber");
         Samples::measure(200, 10, || sb.restore(Arc::clone(&snapshot)).expect("restore"))
@@ -53,12 +52,27 @@ fn main() {
     t.row("fiber from loaded snapshot (median)", fmt_duration(new_fiber.median()), "≤ 1 ms", speedup(baseline, new_fiber.median()));
     t.row("fiber from loaded snapshot (p99)", fmt_duration(new_fiber.percentile(99.0)), "-", speedup(baseline, new_fiber.percentile(99.0)));
     t.row("restore to snapshot (median)", fmt_duration(restore.median()), "-", speedup(baseline, restore.median()));
-    t.row("host dispatch overhead per request (median)", fmt_duration(host.median()), "≤ 100 µs (with restore)", speedup(baseline, host.median()));
+    t.row(
+        "host dispatch overhead per request (median)",
+        fmt_duration(host.median()),
+        "≤ 100 µs (with restore)",
+        speedup(baseline, host.median()),
+    );
     t.row("host dispatch overhead per request (p99)", fmt_duration(host.percentile(99.0)), "-", "-".into());
-    t.row("baseline: thread hand-off floor (spawn_blocking + oneshot around a busy wait of the guest's median)", fmt_duration(floor.median()), "-", "-".into());
+    t.row(
+        "baseline: thread hand-off floor (spawn_blocking + oneshot around a busy wait of the guest's median)",
+        fmt_duration(floor.median()),
+        "-",
+        "-".into(),
+    );
     t.row("restore + dispatch (median sum)", fmt_duration(restore.median() + host.median()), "≤ 100 µs", "-".into());
     t.row("guest call, emulated KVM (median; not host overhead)", fmt_duration(guest.median()), "-", "-".into());
-    t.row("fibers created+dropped per second, one core", format!("{rate:.0}/s"), "≥ 500/s", format!("{:.0}× boot rate", rate * baseline.as_secs_f64()));
+    t.row(
+        "fibers created+dropped per second, one core",
+        format!("{rate:.0}/s"),
+        "≥ 500/s",
+        format!("{:.0}× boot rate", rate * baseline.as_secs_f64()),
+    );
     t.row("private memory per idle warm fiber", format!("{:.1} KiB", per_fiber / 1024.0), "-", "-".into());
     t.row("idle warm fibers per GiB", format!("{fibers_per_gib:.0}"), "≥ 5,000", "-".into());
     println!("\nLampyr fiber benchmark (hello example; {} memory layer)\n", fmt_bytes(artifact.sizes.memory));

@@ -121,7 +121,8 @@ fn watch_pods(api: Api<Pod>, times: PodTimes, stop: Arc<std::sync::atomic::Atomi
                 let mut times = times.lock().unwrap_or_else(|p| p.into_inner());
                 for pod in pods.items {
                     let name = pod.metadata.name.clone().unwrap_or_default();
-                    let ready = pod.status.and_then(|s| s.conditions).into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+                    let ready =
+                        pod.status.and_then(|s| s.conditions).into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
                     let entry = times.entry(name).or_insert((now, None));
                     if ready && entry.1.is_none() {
                         entry.1 = Some(now);
@@ -185,11 +186,22 @@ async fn apply_to_ready(node: &Node, ly: &Ly<'_>, hello: &Value, n: usize, table
         "-",
         times_baseline(ready.median(), available.median()),
     );
-    table.row("   baseline: kubectl apply → plain Deployment available (busybox httpd)", fmt_duration(available.median()), "-", "1×".into());
+    table.row(
+        "   baseline: kubectl apply → plain Deployment available (busybox httpd)",
+        fmt_duration(available.median()),
+        "-",
+        "1×".into(),
+    );
 
     let times = times.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let started = |prefix: &str| {
-        Samples(times.iter().filter(|(name, _)| name.starts_with(prefix)).filter_map(|(_, (seen, ready))| Some(ready.as_ref()?.duration_since(*seen))).collect())
+        Samples(
+            times
+                .iter()
+                .filter(|(name, _)| name.starts_with(prefix))
+                .filter_map(|(_, (seen, ready))| Some(ready.as_ref()?.duration_since(*seen)))
+                .collect(),
+        )
     };
     // Grant Pods are named after their grant (`<revision>-<instance>`); baseline Pods after their Deployment.
     let (grant, plain) = (started("svc-"), started("pods-"));
@@ -199,7 +211,12 @@ async fn apply_to_ready(node: &Node, ly: &Ly<'_>, hello: &Value, n: usize, table
         "-",
         times_baseline(grant.median(), plain.median()),
     );
-    table.row(&format!("   baseline: plain Pod seen → Ready (median of {})", plain.0.len()), fmt_duration(plain.median()), "-", "1×".into());
+    table.row(
+        &format!("   baseline: plain Pod seen → Ready (median of {})", plain.0.len()),
+        fmt_duration(plain.median()),
+        "-",
+        "1×".into(),
+    );
 }
 
 /// Section 3: cold requests (Revision at zero) against warm ones, through the NodePort.
@@ -208,7 +225,14 @@ async fn cold_and_warm(ly: &Ly<'_>, serving: &NodeIngress<'_>, n: usize, table: 
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for round in 0..n {
         wait_for("hello-00001 scaled to zero (Active=False)", async || {
-            let out = ly.kubectl(&["get", "revisions.serving.knative.dev/hello-00001", "-n", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Active\")].status}"]);
+            let out = ly.kubectl(&[
+                "get",
+                "revisions.serving.knative.dev/hello-00001",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Active\")].status}",
+            ]);
             (text(&out) == "False").then_some(())
         })
         .await;
@@ -233,7 +257,12 @@ async fn cold_and_warm(ly: &Ly<'_>, serving: &NodeIngress<'_>, n: usize, table: 
         times_baseline(cold.median(), warm.median()),
     );
     table.row(&format!("   baseline: warm request (median of {})", warm.0.len()), fmt_duration(warm.median()), "-", "1×".into());
-    table.row("   cold − warm: waking the Revision (host side + one fiber start)", fmt_duration(cold.median().saturating_sub(warm.median())), "-", "-".into());
+    table.row(
+        "   cold − warm: waking the Revision (host side + one fiber start)",
+        fmt_duration(cold.median().saturating_sub(warm.median())),
+        "-",
+        "-".into(),
+    );
 }
 
 /// Polls `check` every [`POLL`] until it returns `Some`; panics naming `what` after [`PATIENCE`].

@@ -19,15 +19,13 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use lampyr_abi::{Env, Request};
-use lampyr_benches::{Samples, Table, fmt_duration};
+use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_artifact::verify_layout;
+use lampyr_benches::{Samples, Table, fmt_duration};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_fiber::{FiberPool, LocalBackend, PoolConfig, Template};
-use lampyr_router::{
-    Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute,
-};
+use lampyr_router::{Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
@@ -53,11 +51,7 @@ fn main() {
     let router = router_rt.block_on(serve_router(backend));
     let nginx = Nginx::start(&nginx_bin, backend);
 
-    let targets = [
-        ("direct (backend alone)", backend),
-        (nginx.version.as_str(), nginx.addr),
-        ("fiber-router", router),
-    ];
+    let targets = [("direct (backend alone)", backend), (nginx.version.as_str(), nginx.addr), ("fiber-router", router)];
     let mut results = Vec::new();
     for (name, addr) in targets {
         run_wrk(&wrk, addr, WARMUP_SECONDS);
@@ -138,11 +132,7 @@ fn policy(initial_scale: u32) -> FiberPolicy {
 async fn start_router(policy: FiberPolicy, backend: Arc<dyn Backend>) -> SocketAddr {
     let mut table = RouteTable::default();
     table.insert_revision(RevisionEntry::new("default", "bench-00001", policy, backend));
-    table.insert_service(ServiceRoute {
-        namespace: "default".into(),
-        name: "bench".into(),
-        traffic: vec![("bench-00001".into(), 100)],
-    });
+    table.insert_service(ServiceRoute { namespace: "default".into(), name: "bench".into(), traffic: vec![("bench-00001".into(), 100)] });
     let router = Router::new(RouterConfig::default(), Registry::default());
     router.set_table(table);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind router");
@@ -276,10 +266,8 @@ fn free_port() -> SocketAddr {
 
 /// The path of `name`, or a loud failure naming `scripts/setup`.
 fn require_tool(name: &str, fallbacks: &[&str]) -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join(name));
+    let on_path =
+        std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|dir| dir.join(name));
     let fallbacks = fallbacks.iter().map(PathBuf::from);
     on_path.chain(fallbacks).find(|p| p.is_file()).unwrap_or_else(|| {
         panic!("`{name}` is not installed: run scripts/setup (it installs Debian's wrk and nginx-light) before this benchmark")
@@ -362,8 +350,7 @@ fn ratio_row(what: &str, a: &WrkResult, b: &WrkResult) -> Vec<String> {
 fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
     let all: Vec<&Vec<String>> = std::iter::once(&header).chain(rows).collect();
-    let widths: Vec<usize> =
-        (0..header.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..header.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for (i, r) in all.iter().enumerate() {
         let cells: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell}{}", " ".repeat(w - cell.chars().count()))).collect();
@@ -433,7 +420,12 @@ fn cold_start() {
     t.row("pool host time, cold call (p99)", fmt_duration(cold_host.percentile(99.0)), "-", "-".into());
     t.row("pool host time, warm call (p50)", fmt_duration(warm_host.median()), "-", "-".into());
     t.row("pool host time, cold − warm per pair (p50)", fmt_duration(host_overhead.median()), "-", "-".into());
-    t.row("pool host time, cold − warm per pair (p99)", fmt_duration(host_overhead.percentile(99.0)), "≤ 2 ms (SPECIFICATION.md)", "-".into());
+    t.row(
+        "pool host time, cold − warm per pair (p99)",
+        fmt_duration(host_overhead.percentile(99.0)),
+        "≤ 2 ms (SPECIFICATION.md)",
+        "-".into(),
+    );
     println!("\nCold start through fiber-router + LocalBackend (hello example, initial-scale 0)\n");
     print!("{}", t.render());
     println!(

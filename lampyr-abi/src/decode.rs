@@ -68,11 +68,9 @@ impl fmt::Display for DecodeError {
             DecodeError::FrameTooLarge { len, max } => {
                 write!(f, "frame of {len} bytes exceeds the {max}-byte limit")
             }
-            DecodeError::BadMagic { expected } => write!(
-                f,
-                "frame does not start with {:?}",
-                core::str::from_utf8(expected).unwrap_or("?")
-            ),
+            DecodeError::BadMagic { expected } => {
+                write!(f, "frame does not start with {:?}", core::str::from_utf8(expected).unwrap_or("?"))
+            }
             DecodeError::UnsupportedVersion { found } => {
                 write!(f, "frame has ABI version {found}, this side speaks {ABI_VERSION}")
             }
@@ -106,10 +104,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
         let start = self.pos;
-        let end = start
-            .checked_add(n)
-            .filter(|&end| end <= self.buf.len())
-            .ok_or(DecodeError::Truncated { field, offset: start })?;
+        let end = start.checked_add(n).filter(|&end| end <= self.buf.len()).ok_or(DecodeError::Truncated { field, offset: start })?;
         self.pos = end;
         Ok(&self.buf[start..end])
     }
@@ -136,9 +131,7 @@ impl<'a> Reader<'a> {
     fn string(&mut self, wide: bool, max: usize, field: &'static str) -> Result<String, DecodeError> {
         let offset = self.pos;
         let bytes = self.bytes(wide, max, field)?;
-        core::str::from_utf8(bytes)
-            .map(String::from)
-            .map_err(|_| DecodeError::NotUtf8 { field, offset })
+        core::str::from_utf8(bytes).map(String::from).map_err(|_| DecodeError::NotUtf8 { field, offset })
     }
 
     /// Checks the magic and version; returns the flags.

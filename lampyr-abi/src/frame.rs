@@ -111,13 +111,7 @@ pub struct Limits {
 impl Limits {
     /// Limits for bodies of up to `max_body` bytes with default header bounds.
     pub const fn for_body(max_body: usize) -> Self {
-        Limits {
-            max_frame: max_body + 256 * 1024,
-            max_headers: 256,
-            max_name: 1024,
-            max_value: 64 * 1024,
-            max_body,
-        }
+        Limits { max_frame: max_body + 256 * 1024, max_headers: 256, max_name: 1024, max_value: 64 * 1024, max_body }
     }
 }
 
@@ -138,10 +132,7 @@ impl Env {
 impl Request {
     /// Values of every header called `name` (ASCII case-insensitive), in order.
     pub fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.headers
-            .iter()
-            .filter(move |h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value.as_slice())
+        self.headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
     }
 
     /// Path part of the URI (before `?`).
@@ -164,17 +155,13 @@ impl Response {
     /// A `text/plain; charset=utf-8` response.
     pub fn text(status: u16, body: impl Into<String>) -> Self {
         let body: String = body.into();
-        Response::new(status)
-            .with_header("content-type", "text/plain; charset=utf-8")
-            .with_body(body.into_bytes())
+        Response::new(status).with_header("content-type", "text/plain; charset=utf-8").with_body(body.into_bytes())
     }
 
     /// An `application/json` response from already-serialised JSON.
     pub fn json(status: u16, body: impl Into<String>) -> Self {
         let body: String = body.into();
-        Response::new(status)
-            .with_header("content-type", "application/json")
-            .with_body(body.into_bytes())
+        Response::new(status).with_header("content-type", "application/json").with_body(body.into_bytes())
     }
 
     /// Appends a header field (names may repeat).

@@ -10,10 +10,7 @@ fn sample_request() -> Request {
     Request {
         method: "POST".to_string(),
         uri: "/echo?x=1".to_string(),
-        headers: vec![
-            Header { name: "X-A".to_string(), value: b"1".to_vec() },
-            Header { name: "x-a".to_string(), value: b"2".to_vec() },
-        ],
+        headers: vec![Header { name: "X-A".to_string(), value: b"1".to_vec() }, Header { name: "x-a".to_string(), value: b"2".to_vec() }],
         body: b"hello".to_vec(),
         version: HttpVersion::Http2,
     }
@@ -88,10 +85,7 @@ fn declared_lengths_are_checked_before_allocation() {
 fn body_over_limit_is_refused() {
     let resp = Response { status: 200, headers: vec![], body: vec![7; 100] };
     let limits = Limits { max_body: 99, ..Limits::default() };
-    assert_eq!(
-        decode_response(&encode_response(&resp), &limits),
-        Err(DecodeError::TooLarge { field: "body", len: 100, max: 99 })
-    );
+    assert_eq!(decode_response(&encode_response(&resp), &limits), Err(DecodeError::TooLarge { field: "body", len: 100, max: 99 }));
 }
 
 #[test]
@@ -125,8 +119,5 @@ fn non_utf8_names_are_refused_with_offset() {
     let req = Request { method: "GET".to_string(), uri: "/".to_string(), ..Request::default() };
     let mut frame = encode_request(&req);
     frame[10] = 0xff; // first byte of the method
-    assert_eq!(
-        decode_request(&frame, &Limits::default()),
-        Err(DecodeError::NotUtf8 { field: "method", offset: 8 })
-    );
+    assert_eq!(decode_request(&frame, &Limits::default()), Err(DecodeError::NotUtf8 { field: "method", offset: 8 }));
 }

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use crate::duration::parse_go_duration;
 use crate::policy::{
-    ClusterScaling, DEFAULT_CONCURRENCY_TARGET, DEFAULT_INITIAL_SCALE, DEFAULT_PANIC_THRESHOLD_PERCENT,
-    DEFAULT_PANIC_WINDOW_PERCENT, DEFAULT_RPS_TARGET, DEFAULT_STABLE_WINDOW, DEFAULT_TARGET_UTILIZATION,
+    ClusterScaling, DEFAULT_CONCURRENCY_TARGET, DEFAULT_INITIAL_SCALE, DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_PANIC_WINDOW_PERCENT,
+    DEFAULT_RPS_TARGET, DEFAULT_STABLE_WINDOW, DEFAULT_TARGET_UTILIZATION,
 };
 
 /// Namespace of the ConfigMap (upstream's system namespace).
@@ -211,8 +211,7 @@ impl Reader<'_> {
             container_concurrency_target_percentage: if percentage > 1.0 { percentage } else { percentage * 100.0 },
             container_concurrency_target_default: self
                 .float("container-concurrency-target-default", d.container_concurrency_target_default),
-            requests_per_second_target_default: self
-                .float("requests-per-second-target-default", d.requests_per_second_target_default),
+            requests_per_second_target_default: self.float("requests-per-second-target-default", d.requests_per_second_target_default),
             target_burst_capacity: self.float("target-burst-capacity", d.target_burst_capacity),
             activator_capacity: self.float("activator-capacity", d.activator_capacity),
             allow_zero_initial_scale: self.boolean("allow-zero-initial-scale", d.allow_zero_initial_scale),
@@ -226,8 +225,7 @@ impl Reader<'_> {
             panic_window_percentage: self.float("panic-window-percentage", d.panic_window_percentage),
             panic_threshold_percentage: self.float("panic-threshold-percentage", d.panic_threshold_percentage),
             scale_to_zero_grace_period: self.duration("scale-to-zero-grace-period", d.scale_to_zero_grace_period),
-            scale_to_zero_pod_retention_period: self
-                .duration("scale-to-zero-pod-retention-period", d.scale_to_zero_pod_retention_period),
+            scale_to_zero_pod_retention_period: self.duration("scale-to-zero-pod-retention-period", d.scale_to_zero_pod_retention_period),
             scale_down_delay: self.duration("scale-down-delay", d.scale_down_delay),
             pod_autoscaler_class: self.data.get("pod-autoscaler-class").cloned().unwrap_or(d.pod_autoscaler_class),
         }
@@ -366,10 +364,7 @@ impl Reader<'_> {
         if c.max_scale_limit > 0 && (c.max_scale == 0 || c.max_scale > c.max_scale_limit) {
             self.problem(
                 "max-scale",
-                format!(
-                    "is out of range: must be between 1 and max-scale-limit ({}) while max-scale-limit is set",
-                    c.max_scale_limit
-                ),
+                format!("is out of range: must be between 1 and max-scale-limit ({}) while max-scale-limit is set", c.max_scale_limit),
             );
         }
         if c.max_scale > 0 && c.min_scale > c.max_scale {
@@ -462,15 +457,11 @@ mod tests {
             }),
             ("-1 burst capacity", &[("target-burst-capacity", "-1")], |c| c.target_burst_capacity = -1.0),
             ("strange casing", &[("enable-scale-to-zero", "TRUE")], |_| {}),
-            (
-                "toggles flipped",
-                &[("enable-scale-to-zero", "false"), ("min-scale", "1"), ("max-scale", "2")],
-                |c| {
-                    c.enable_scale_to_zero = false;
-                    c.min_scale = 1;
-                    c.max_scale = 2;
-                },
-            ),
+            ("toggles flipped", &[("enable-scale-to-zero", "false"), ("min-scale", "1"), ("max-scale", "2")], |c| {
+                c.enable_scale_to_zero = false;
+                c.min_scale = 1;
+                c.max_scale = 2;
+            }),
             (
                 "explicit grace period",
                 &[("enable-scale-to-zero", "0"), ("scale-to-zero-grace-period", "33s"), ("min-scale", "1"), ("max-scale", "2")],
@@ -494,9 +485,7 @@ mod tests {
                 c.max_scale = 10;
                 c.max_scale_limit = 11;
             }),
-            ("panic threshold is not bounded upstream", &[("panic-threshold-percentage", "50")], |c| {
-                c.panic_threshold_percentage = 50.0
-            }),
+            ("panic threshold is not bounded upstream", &[("panic-threshold-percentage", "50")], |c| c.panic_threshold_percentage = 50.0),
             ("long scale-down delay", &[("scale-down-delay", "2h")], |c| c.scale_down_delay = Duration::from_secs(7200)),
         ];
         for (name, pairs, set) in table {
@@ -564,12 +553,10 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_at_once() {
-        let err = AutoscalerConfig::from_data(&data(&[("max-scale-up-rate", "fast"), ("stable-window", "forever")]))
-            .expect_err("invalid");
+        let err = AutoscalerConfig::from_data(&data(&[("max-scale-up-rate", "fast"), ("stable-window", "forever")])).expect_err("invalid");
         let keys: Vec<&str> = err.problems.iter().map(|p| p.key).collect();
         assert_eq!(keys, ["max-scale-up-rate", "stable-window"]);
-        let err = AutoscalerConfig::from_data(&data(&[("max-scale-up-rate", "1"), ("max-scale-down-rate", "0.5")]))
-            .expect_err("invalid");
+        let err = AutoscalerConfig::from_data(&data(&[("max-scale-up-rate", "1"), ("max-scale-down-rate", "0.5")])).expect_err("invalid");
         assert_eq!(err.problems.len(), 2, "{err}");
     }
 

@@ -1,7 +1,6 @@
 //! `serving.knative.dev/v1beta1` DomainMapping: a custom domain served by an
 //! addressable object (usually a Knative Service), wire-compatible with upstream.
 
-
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
@@ -60,7 +59,6 @@ crate::knative_status! {
         pub address: Option<Addressable>,
     }
 }
-
 
 impl DomainMappingStatus {
     /// `IngressReady` follows the KIngress's `Ready`; a KIngress without one

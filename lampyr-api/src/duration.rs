@@ -66,10 +66,7 @@ pub fn parse_go_duration(text: &str) -> Result<GoDuration, DurationError> {
         _ => (false, text),
     };
     if rest == "0" {
-        return Ok(GoDuration {
-            negative: false,
-            magnitude: Duration::ZERO,
-        });
+        return Ok(GoDuration { negative: false, magnitude: Duration::ZERO });
     }
     if rest.is_empty() {
         return Err(syntax());
@@ -82,18 +79,12 @@ pub fn parse_go_duration(text: &str) -> Result<GoDuration, DurationError> {
         if int_part.is_empty() && frac_part.is_empty() {
             return Err(syntax());
         }
-        let unit_len = after
-            .char_indices()
-            .find(|&(_, c)| c == '.' || c.is_ascii_digit())
-            .map_or(after.len(), |(i, _)| i);
+        let unit_len = after.char_indices().find(|&(_, c)| c == '.' || c.is_ascii_digit()).map_or(after.len(), |(i, _)| i);
         let (unit, after) = after.split_at(unit_len);
         if unit.is_empty() {
             return Err(DurationError::MissingUnit(text.to_owned()));
         }
-        let unit_ns = unit_nanos(unit).ok_or_else(|| DurationError::UnknownUnit {
-            unit: unit.to_owned(),
-            text: text.to_owned(),
-        })?;
+        let unit_ns = unit_nanos(unit).ok_or_else(|| DurationError::UnknownUnit { unit: unit.to_owned(), text: text.to_owned() })?;
         let overflow = || DurationError::Overflow(text.to_owned());
         let int: u128 = if int_part.is_empty() {
             0
@@ -109,9 +100,7 @@ pub fn parse_go_duration(text: &str) -> Result<GoDuration, DurationError> {
         if !frac_digits.is_empty() {
             let frac: u128 = frac_digits.parse().map_err(|_| syntax())?;
             let scale = 10u128.pow(frac_digits.len() as u32);
-            part = part
-                .checked_add(frac * unit_ns / scale)
-                .ok_or_else(overflow)?;
+            part = part.checked_add(frac * unit_ns / scale).ok_or_else(overflow)?;
         }
         total = total.checked_add(part).ok_or_else(overflow)?;
         if total > limit {
@@ -121,10 +110,7 @@ pub fn parse_go_duration(text: &str) -> Result<GoDuration, DurationError> {
     }
     let secs = (total / 1_000_000_000) as u64;
     let nanos = (total % 1_000_000_000) as u32;
-    Ok(GoDuration {
-        negative: negative && total != 0,
-        magnitude: Duration::new(secs, nanos),
-    })
+    Ok(GoDuration { negative: negative && total != 0, magnitude: Duration::new(secs, nanos) })
 }
 
 #[cfg(test)]
@@ -132,10 +118,7 @@ mod tests {
     use super::*;
 
     fn ok(text: &str) -> Duration {
-        parse_go_duration(text)
-            .ok()
-            .and_then(GoDuration::non_negative)
-            .unwrap_or_else(|| panic!("{text} should parse as non-negative"))
+        parse_go_duration(text).ok().and_then(GoDuration::non_negative).unwrap_or_else(|| panic!("{text} should parse as non-negative"))
     }
 
     #[test]
@@ -160,13 +143,7 @@ mod tests {
     #[test]
     fn negative() {
         let d = parse_go_duration("-1m").ok();
-        assert_eq!(
-            d,
-            Some(GoDuration {
-                negative: true,
-                magnitude: Duration::from_secs(60)
-            })
-        );
+        assert_eq!(d, Some(GoDuration { negative: true, magnitude: Duration::from_secs(60) }));
         assert_eq!(d.and_then(GoDuration::non_negative), None);
     }
 
@@ -175,20 +152,8 @@ mod tests {
         for bad in ["", "-", "s", ".s", "1..5s", "1.5.s", " 1s", "1s ", "1 s"] {
             assert!(parse_go_duration(bad).is_err(), "{bad:?} should fail");
         }
-        assert_eq!(
-            parse_go_duration("60"),
-            Err(DurationError::MissingUnit("60".into()))
-        );
-        assert_eq!(
-            parse_go_duration("1d"),
-            Err(DurationError::UnknownUnit {
-                unit: "d".into(),
-                text: "1d".into()
-            })
-        );
-        assert_eq!(
-            parse_go_duration("9999999h"),
-            Err(DurationError::Overflow("9999999h".into()))
-        );
+        assert_eq!(parse_go_duration("60"), Err(DurationError::MissingUnit("60".into())));
+        assert_eq!(parse_go_duration("1d"), Err(DurationError::UnknownUnit { unit: "d".into(), text: "1d".into() }));
+        assert_eq!(parse_go_duration("9999999h"), Err(DurationError::Overflow("9999999h".into())));
     }
 }

@@ -35,8 +35,7 @@ pub const FIBER_API_VERSION: &str = "fiber.lampyr.dev/v1alpha1";
 /// A fully qualified image or artifact reference pinned by digest: a registry
 /// that is `localhost` or has a dot or a port, a path, and `@sha256:` with 64
 /// lowercase hex digits; no tag.
-pub const DIGEST_REFERENCE_PATTERN: &str =
-    r"^(localhost|[^/@:\s]*[.:][^/@\s]*)(/[a-z0-9]+([._-]+[a-z0-9]+)*)+@sha256:[0-9a-f]{64}$";
+pub const DIGEST_REFERENCE_PATTERN: &str = r"^(localhost|[^/@:\s]*[.:][^/@\s]*)(/[a-z0-9]+([._-]+[a-z0-9]+)*)+@sha256:[0-9a-f]{64}$";
 
 fn is_zero_i64(n: &i64) -> bool {
     *n == 0
@@ -64,51 +63,19 @@ fn default_instances() -> i32 {
     category = "lampyr",
     derive = "PartialEq",
     doc = "CapacityGrant reserves fiber capacity (fiber slots and guest memory) on nodes. Grant Pods running fiberd realise it and pull the templates of the Homes placed on it.",
-    printcolumn(
-        name = "Slots",
-        type_ = "integer",
-        json_path = ".spec.fiberSlots",
-        description = "Fiber slots reserved"
-    ),
+    printcolumn(name = "Slots", type_ = "integer", json_path = ".spec.fiberSlots", description = "Fiber slots reserved"),
     printcolumn(
         name = "Allocated",
         type_ = "integer",
         json_path = ".status.allocatedSlots",
         description = "Fiber slots allocated to Homes"
     ),
-    printcolumn(
-        name = "Homes",
-        type_ = "integer",
-        json_path = ".status.homes",
-        description = "Homes placed on this grant"
-    ),
-    printcolumn(
-        name = "Instances",
-        type_ = "integer",
-        json_path = ".spec.instances",
-        description = "Grant Pods requested"
-    ),
-    printcolumn(
-        name = "Ready Instances",
-        type_ = "integer",
-        json_path = ".status.readyInstances",
-        description = "Grant Pods ready"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
-    ),
-    printcolumn(
-        name = "Reason",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Homes", type_ = "integer", json_path = ".status.homes", description = "Homes placed on this grant"),
+    printcolumn(name = "Instances", type_ = "integer", json_path = ".spec.instances", description = "Grant Pods requested"),
+    printcolumn(name = "Ready Instances", type_ = "integer", json_path = ".status.readyInstances", description = "Grant Pods ready"),
+    printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
+    printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].reason"#),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityGrantSpec {
@@ -208,45 +175,13 @@ pub mod capacity_grant {
     selectable = ".spec.grantName",
     printcolumn(name = "Revision", type_ = "string", json_path = ".spec.revisionName"),
     printcolumn(name = "Grant", type_ = "string", json_path = ".spec.grantName"),
-    printcolumn(
-        name = "Min",
-        type_ = "integer",
-        json_path = ".spec.policy.scaling.minScale",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Max",
-        type_ = "integer",
-        json_path = ".spec.policy.scaling.maxScale",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Warm",
-        type_ = "integer",
-        json_path = ".status.warmFibers",
-        description = "Warm fibers across all instances"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
-    ),
-    printcolumn(
-        name = "Reason",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
-    ),
-    printcolumn(
-        name = "Artifact",
-        type_ = "string",
-        json_path = ".spec.artifact",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Min", type_ = "integer", json_path = ".spec.policy.scaling.minScale", priority = 1),
+    printcolumn(name = "Max", type_ = "integer", json_path = ".spec.policy.scaling.maxScale", priority = 1),
+    printcolumn(name = "Warm", type_ = "integer", json_path = ".status.warmFibers", description = "Warm fibers across all instances"),
+    printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
+    printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].reason"#),
+    printcolumn(name = "Artifact", type_ = "string", json_path = ".spec.artifact", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -441,25 +376,11 @@ mod tests {
             assert!(v.served && v.storage);
             let status = v.subresources.as_ref().and_then(|s| s.status.as_ref());
             assert_eq!(status.is_some(), has_status, "{}", crd.spec.names.kind);
-            let columns: Vec<&str> = v
-                .additional_printer_columns
-                .iter()
-                .flatten()
-                .map(|c| c.name.as_str())
-                .collect();
-            assert!(
-                (columns.contains(&"Ready") || !has_status) && columns.contains(&"Age"),
-                "{columns:?}"
-            );
+            let columns: Vec<&str> = v.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+            assert!((columns.contains(&"Ready") || !has_status) && columns.contains(&"Age"), "{columns:?}");
         }
-        let names: Vec<String> = crds()
-            .into_iter()
-            .map(|c| c.metadata.name.unwrap_or_default())
-            .collect();
-        assert_eq!(
-            names,
-            ["capacitygrants.fiber.lampyr.dev", "homes.fiber.lampyr.dev", "grantpolicies.fiber.lampyr.dev"]
-        );
+        let names: Vec<String> = crds().into_iter().map(|c| c.metadata.name.unwrap_or_default()).collect();
+        assert_eq!(names, ["capacitygrants.fiber.lampyr.dev", "homes.fiber.lampyr.dev", "grantpolicies.fiber.lampyr.dev"]);
     }
 
     #[test]
@@ -517,16 +438,8 @@ mod tests {
 
     #[test]
     fn condition_sets() {
-        assert_eq!(
-            capacity_grant::CONDITION_SET
-                .dependents()
-                .collect::<Vec<_>>(),
-            ["InstancesReady"]
-        );
-        assert_eq!(
-            home::CONDITION_SET.dependents().collect::<Vec<_>>(),
-            ["GrantReady", "TemplateLoaded"]
-        );
+        assert_eq!(capacity_grant::CONDITION_SET.dependents().collect::<Vec<_>>(), ["InstancesReady"]);
+        assert_eq!(home::CONDITION_SET.dependents().collect::<Vec<_>>(), ["GrantReady", "TemplateLoaded"]);
         assert!(!home::CONDITION_SET.is_terminal(home::ACTIVE));
     }
 

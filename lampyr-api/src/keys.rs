@@ -78,10 +78,7 @@ pub const DOMAIN_MAPPING_NAMESPACE_LABEL: &str = "serving.knative.dev/domainMapp
 /// its traffic (Go duration; immediate when unset).
 pub const ROLLOUT_DURATION_ANNOTATION: &str = "serving.knative.dev/rollout-duration";
 /// [`ROLLOUT_DURATION_ANNOTATION`] and its older camelCase name, in upstream's priority.
-pub const ROLLOUT_DURATION_KEYS: &[&str] = &[
-    ROLLOUT_DURATION_ANNOTATION,
-    "serving.knative.dev/rolloutDuration",
-];
+pub const ROLLOUT_DURATION_KEYS: &[&str] = &[ROLLOUT_DURATION_ANNOTATION, "serving.knative.dev/rolloutDuration"];
 /// Annotation on a Revision template: its progress deadline (Go duration).
 pub const PROGRESS_DEADLINE_ANNOTATION: &str = "serving.knative.dev/progress-deadline";
 
@@ -91,10 +88,7 @@ pub const GRANT_LABEL: &str = "fiber.lampyr.dev/grant";
 /// Annotation: the ingress class that implements an object's KIngresses.
 pub const INGRESS_CLASS_ANNOTATION: &str = "networking.knative.dev/ingress.class";
 /// [`INGRESS_CLASS_ANNOTATION`] and its alternative name, in upstream's priority.
-pub const INGRESS_CLASS_KEYS: &[&str] = &[
-    INGRESS_CLASS_ANNOTATION,
-    "networking.knative.dev/ingress-class",
-];
+pub const INGRESS_CLASS_KEYS: &[&str] = &[INGRESS_CLASS_ANNOTATION, "networking.knative.dev/ingress-class"];
 /// Kourier's ingress class.
 pub const KOURIER_INGRESS_CLASS: &str = "kourier.ingress.networking.knative.dev";
 /// fiber-router's ingress class: KIngresses fiber-router implements itself.
@@ -102,10 +96,7 @@ pub const FIBER_INGRESS_CLASS: &str = "fiber.ingress.networking.knative.dev";
 /// Annotation: the certificate class that implements an object's Certificates.
 pub const CERTIFICATE_CLASS_ANNOTATION: &str = "networking.knative.dev/certificate.class";
 /// [`CERTIFICATE_CLASS_ANNOTATION`] and its alternative name, in upstream's priority.
-pub const CERTIFICATE_CLASS_KEYS: &[&str] = &[
-    CERTIFICATE_CLASS_ANNOTATION,
-    "networking.knative.dev/certificate-class",
-];
+pub const CERTIFICATE_CLASS_KEYS: &[&str] = &[CERTIFICATE_CLASS_ANNOTATION, "networking.knative.dev/certificate-class"];
 /// Label on a Certificate: what it is for (e.g. `system-internal`).
 pub const CERTIFICATE_TYPE_LABEL: &str = "networking.knative.dev/certificate-type";
 /// Label on a Certificate: the domain of a wildcard certificate.
@@ -114,19 +105,12 @@ pub const WILDCARD_CERT_DOMAIN_LABEL: &str = "networking.knative.dev/wildcardDom
 /// plain HTTP.
 pub const HTTP_PROTOCOL_ANNOTATION: &str = "networking.knative.dev/http-protocol";
 /// The HTTP-protocol annotation's names, in upstream's priority.
-pub const HTTP_PROTOCOL_KEYS: &[&str] = &[
-    "networking.knative.dev/httpOption",
-    HTTP_PROTOCOL_ANNOTATION,
-];
+pub const HTTP_PROTOCOL_KEYS: &[&str] = &["networking.knative.dev/httpOption", HTTP_PROTOCOL_ANNOTATION];
 /// Annotation `"true"`: no certificate for the object's external domains.
-pub const DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION: &str =
-    "networking.knative.dev/disable-external-domain-tls";
+pub const DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION: &str = "networking.knative.dev/disable-external-domain-tls";
 /// The disable-external-domain-TLS annotation's names, in upstream's priority.
-pub const DISABLE_EXTERNAL_DOMAIN_TLS_KEYS: &[&str] = &[
-    "networking.knative.dev/disableAutoTLS",
-    "networking.knative.dev/disable-auto-tls",
-    DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION,
-];
+pub const DISABLE_EXTERNAL_DOMAIN_TLS_KEYS: &[&str] =
+    &["networking.knative.dev/disableAutoTLS", "networking.knative.dev/disable-auto-tls", DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION];
 /// Label on a KIngress's children: the KIngress they belong to.
 pub const INGRESS_LABEL: &str = "networking.internal.knative.dev/ingress";
 /// Label on a Certificate's children: the UID of the Certificate.
@@ -166,8 +150,7 @@ pub const ACTIVATION_SCALE: &str = "autoscaling.knative.dev/activation-scale";
 /// Target metric value per replica.
 pub const TARGET: &str = "autoscaling.knative.dev/target";
 /// Share of the target the autoscaler aims for, in percent.
-pub const TARGET_UTILIZATION_PERCENTAGE: &str =
-    "autoscaling.knative.dev/target-utilization-percentage";
+pub const TARGET_UTILIZATION_PERCENTAGE: &str = "autoscaling.knative.dev/target-utilization-percentage";
 /// Requests the activator absorbs before replicas are added.
 pub const TARGET_BURST_CAPACITY: &str = "autoscaling.knative.dev/target-burst-capacity";
 /// Stable window (Go duration, 6s–1h).
@@ -175,8 +158,7 @@ pub const WINDOW: &str = "autoscaling.knative.dev/window";
 /// Delay before a scale-down decision applies (Go duration, 0–1h).
 pub const SCALE_DOWN_DELAY: &str = "autoscaling.knative.dev/scale-down-delay";
 /// How long the last replica stays after a scale-to-zero decision.
-pub const SCALE_TO_ZERO_POD_RETENTION_PERIOD: &str =
-    "autoscaling.knative.dev/scale-to-zero-pod-retention-period";
+pub const SCALE_TO_ZERO_POD_RETENTION_PERIOD: &str = "autoscaling.knative.dev/scale-to-zero-pod-retention-period";
 /// Panic window as a percentage of the stable window.
 pub const PANIC_WINDOW_PERCENTAGE: &str = "autoscaling.knative.dev/panic-window-percentage";
 /// Panic threshold as a percentage of the target.
@@ -187,45 +169,23 @@ pub const AUTOSCALING_ALIASES: &[(&str, &str)] = &[
     (MIN_SCALE, "autoscaling.knative.dev/minScale"),
     (MAX_SCALE, "autoscaling.knative.dev/maxScale"),
     (INITIAL_SCALE, "autoscaling.knative.dev/initialScale"),
-    (
-        TARGET_UTILIZATION_PERCENTAGE,
-        "autoscaling.knative.dev/targetUtilizationPercentage",
-    ),
-    (
-        TARGET_BURST_CAPACITY,
-        "autoscaling.knative.dev/targetBurstCapacity",
-    ),
+    (TARGET_UTILIZATION_PERCENTAGE, "autoscaling.knative.dev/targetUtilizationPercentage"),
+    (TARGET_BURST_CAPACITY, "autoscaling.knative.dev/targetBurstCapacity"),
     (SCALE_DOWN_DELAY, "autoscaling.knative.dev/scaleDownDelay"),
-    (
-        SCALE_TO_ZERO_POD_RETENTION_PERIOD,
-        "autoscaling.knative.dev/scaleToZeroPodRetentionPeriod",
-    ),
-    (
-        PANIC_WINDOW_PERCENTAGE,
-        "autoscaling.knative.dev/panicWindowPercentage",
-    ),
-    (
-        PANIC_THRESHOLD_PERCENTAGE,
-        "autoscaling.knative.dev/panicThresholdPercentage",
-    ),
+    (SCALE_TO_ZERO_POD_RETENTION_PERIOD, "autoscaling.knative.dev/scaleToZeroPodRetentionPeriod"),
+    (PANIC_WINDOW_PERCENTAGE, "autoscaling.knative.dev/panicWindowPercentage"),
+    (PANIC_THRESHOLD_PERCENTAGE, "autoscaling.knative.dev/panicThresholdPercentage"),
 ];
 
 /// The camelCase alias of a canonical autoscaling key, if it has one.
 pub fn autoscaling_alias(canonical: &str) -> Option<&'static str> {
-    AUTOSCALING_ALIASES
-        .iter()
-        .find(|(c, _)| *c == canonical)
-        .map(|(_, a)| *a)
+    AUTOSCALING_ALIASES.iter().find(|(c, _)| *c == canonical).map(|(_, a)| *a)
 }
 
 /// The value of the first of `keys` present in `map`, with that key
 /// (upstream `kmap.KeyPriority.Get`): `keys` is one of the `*_KEYS` lists.
-pub fn lookup<'a>(
-    map: &'a BTreeMap<String, String>,
-    keys: &[&'static str],
-) -> Option<(&'static str, &'a str)> {
-    keys.iter()
-        .find_map(|k| map.get(*k).map(|v| (*k, v.as_str())))
+pub fn lookup<'a>(map: &'a BTreeMap<String, String>, keys: &[&'static str]) -> Option<(&'static str, &'a str)> {
+    keys.iter().find_map(|k| map.get(*k).map(|v| (*k, v.as_str())))
 }
 
 #[cfg(test)]
@@ -235,32 +195,14 @@ mod tests {
     #[test]
     fn lookup_follows_upstream_priority() {
         let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
         };
-        let both = map(&[
-            ("networking.knative.dev/ingress-class", "alt"),
-            (INGRESS_CLASS_ANNOTATION, KOURIER_INGRESS_CLASS),
-        ]);
-        assert_eq!(
-            lookup(&both, INGRESS_CLASS_KEYS),
-            Some((INGRESS_CLASS_ANNOTATION, KOURIER_INGRESS_CLASS))
-        );
+        let both = map(&[("networking.knative.dev/ingress-class", "alt"), (INGRESS_CLASS_ANNOTATION, KOURIER_INGRESS_CLASS)]);
+        assert_eq!(lookup(&both, INGRESS_CLASS_KEYS), Some((INGRESS_CLASS_ANNOTATION, KOURIER_INGRESS_CLASS)));
         let old = map(&[("serving.knative.dev/rolloutDuration", "60s")]);
-        assert_eq!(
-            lookup(&old, ROLLOUT_DURATION_KEYS),
-            Some(("serving.knative.dev/rolloutDuration", "60s"))
-        );
+        assert_eq!(lookup(&old, ROLLOUT_DURATION_KEYS), Some(("serving.knative.dev/rolloutDuration", "60s")));
         assert_eq!(lookup(&old, CERTIFICATE_CLASS_KEYS), None);
-        let tls = map(&[
-            (DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION, "true"),
-            ("networking.knative.dev/disable-auto-tls", "false"),
-        ]);
-        assert_eq!(
-            lookup(&tls, DISABLE_EXTERNAL_DOMAIN_TLS_KEYS).map(|(_, v)| v),
-            Some("false")
-        );
+        let tls = map(&[(DISABLE_EXTERNAL_DOMAIN_TLS_ANNOTATION, "true"), ("networking.knative.dev/disable-auto-tls", "false")]);
+        assert_eq!(lookup(&tls, DISABLE_EXTERNAL_DOMAIN_TLS_KEYS).map(|(_, v)| v), Some("false"));
     }
 }

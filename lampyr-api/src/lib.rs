@@ -42,9 +42,9 @@ pub mod fiber;
 pub mod keys;
 pub mod manifest;
 pub mod names;
-pub mod policy;
 pub mod networking;
 mod object;
+pub mod policy;
 pub mod quantity;
 pub mod serving;
 pub mod status;
@@ -55,29 +55,21 @@ pub use conditions::{Condition, ConditionSet, ConditionSeverity, ConditionStatus
 pub use domain_mapping::{DomainMapping, DomainMappingSpec, DomainMappingStatus};
 pub use duck::{Addressable, KReference};
 pub use fiber::{
-    CapacityGrant, CapacityGrantSpec, CapacityGrantStatus, GrantPolicy, GrantPolicySpec, Home,
-    HomeInstance, HomeSpec, HomeStatus,
+    CapacityGrant, CapacityGrantSpec, CapacityGrantStatus, GrantPolicy, GrantPolicySpec, Home, HomeInstance, HomeSpec, HomeStatus,
 };
-pub use manifest::{
-    Location, Manifest, ManifestError, ManifestErrorKind, ManifestObject, OtherObject,
-    parse_manifests,
-};
+pub use manifest::{Location, Manifest, ManifestError, ManifestErrorKind, ManifestObject, OtherObject, parse_manifests};
 pub use names::{child_name, revision_name};
 pub use serving::{
-    Configuration, ConfigurationSpec, Container, HttpGetAction, PodSecurityContext, Probe,
-    Revision, RevisionSpec, RevisionTemplateSpec, Route, RouteSpec, SecurityContext, Service,
-    ServiceSpec, TcpSocketAction,
+    Configuration, ConfigurationSpec, Container, HttpGetAction, PodSecurityContext, Probe, Revision, RevisionSpec, RevisionTemplateSpec,
+    Route, RouteSpec, SecurityContext, Service, ServiceSpec, TcpSocketAction,
 };
+pub use status::{ConfigurationStatus, ContainerStatus, RevisionStatus, RouteStatus, ServiceStatus};
 pub use traffic::TrafficTarget;
-pub use status::{
-    ConfigurationStatus, ContainerStatus, RevisionStatus, RouteStatus, ServiceStatus,
-};
 
 /// Re-exported Kubernetes types used in this crate's public fields.
 pub mod k8s {
     pub use k8s_openapi::api::core::v1::{
-        Capabilities, ContainerPort, EnvFromSource, EnvVar, HTTPHeader, LocalObjectReference,
-        ResourceRequirements, SeccompProfile,
+        Capabilities, ContainerPort, EnvFromSource, EnvVar, HTTPHeader, LocalObjectReference, ResourceRequirements, SeccompProfile,
     };
     pub use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

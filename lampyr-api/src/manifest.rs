@@ -87,9 +87,7 @@ pub enum ManifestErrorKind {
     #[error("{0}")]
     Invalid(String),
     /// A Knative Serving kind in an API version Lampyr does not read.
-    #[error(
-        "unsupported apiVersion {api_version:?} for kind {kind}: Lampyr reads {SERVING_API_VERSION}"
-    )]
+    #[error("unsupported apiVersion {api_version:?} for kind {kind}: Lampyr reads {SERVING_API_VERSION}")]
     UnsupportedApiVersion {
         /// The `apiVersion` as written.
         api_version: String,
@@ -129,10 +127,7 @@ impl fmt::Display for ManifestError {
 
 /// Just enough of a document to decide what it is.
 #[derive(Deserialize)]
-#[serde(
-    rename_all = "camelCase",
-    expecting = "a Kubernetes object (a mapping with apiVersion and kind)"
-)]
+#[serde(rename_all = "camelCase", expecting = "a Kubernetes object (a mapping with apiVersion and kind)")]
 struct Header {
     api_version: String,
     kind: String,
@@ -170,17 +165,8 @@ fn fail_here<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<(), D:
 }
 
 /// Turns a serde_yaml error into a [`ManifestError`] with a clean message.
-fn yaml_error(
-    source_name: &str,
-    document: usize,
-    path: Option<String>,
-    err: &serde_yaml::Error,
-    syntax: bool,
-) -> ManifestError {
-    let location = err.location().map(|l| Location {
-        line: l.line(),
-        column: l.column(),
-    });
+fn yaml_error(source_name: &str, document: usize, path: Option<String>, err: &serde_yaml::Error, syntax: bool) -> ManifestError {
+    let location = err.location().map(|l| Location { line: l.line(), column: l.column() });
     let mut message = err.to_string();
     if let Some(loc) = location {
         let mark = format!(" at line {} column {}", loc.line, loc.column);
@@ -195,26 +181,12 @@ fn yaml_error(
     {
         message = rest.to_owned();
     }
-    let kind = if syntax {
-        ManifestErrorKind::Syntax(message)
-    } else {
-        ManifestErrorKind::Invalid(message)
-    };
-    ManifestError {
-        source_name: source_name.to_owned(),
-        document,
-        location,
-        path,
-        kind,
-    }
+    let kind = if syntax { ManifestErrorKind::Syntax(message) } else { ManifestErrorKind::Invalid(message) };
+    ManifestError { source_name: source_name.to_owned(), document, location, path, kind }
 }
 
 /// Deserializes document `index` (0-based) of `text` as `T`, tracking the field path.
-fn deserialize_document<T: serde::de::DeserializeOwned>(
-    text: &str,
-    index: usize,
-    source_name: &str,
-) -> Result<T, ManifestError> {
+fn deserialize_document<T: serde::de::DeserializeOwned>(text: &str, index: usize, source_name: &str) -> Result<T, ManifestError> {
     let Some(doc) = serde_yaml::Deserializer::from_str(text).nth(index) else {
         // The first pass counted this document, so it exists.
         return Err(ManifestError {
@@ -258,28 +230,19 @@ pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Manifest>, M
         };
         let object = if let Some(kind) = knative_kind.filter(|_| group == SERVING_GROUP) {
             if header.api_version != SERVING_API_VERSION {
-                let location = deserialize_document::<LocateApiVersion>(text, index, source_name)
-                    .err()
-                    .and_then(|e| e.location);
+                let location = deserialize_document::<LocateApiVersion>(text, index, source_name).err().and_then(|e| e.location);
                 return Err(ManifestError {
                     source_name: source_name.to_owned(),
                     document,
                     location,
                     path: Some("apiVersion".into()),
-                    kind: ManifestErrorKind::UnsupportedApiVersion {
-                        api_version: header.api_version,
-                        kind,
-                    },
+                    kind: ManifestErrorKind::UnsupportedApiVersion { api_version: header.api_version, kind },
                 });
             }
             if kind == Service::KIND {
                 ManifestObject::Service(Box::new(deserialize_document(text, index, source_name)?))
             } else {
-                ManifestObject::Configuration(Box::new(deserialize_document(
-                    text,
-                    index,
-                    source_name,
-                )?))
+                ManifestObject::Configuration(Box::new(deserialize_document(text, index, source_name)?))
             }
         } else {
             ManifestObject::Other(OtherObject {
@@ -361,13 +324,7 @@ status:
         let traffic = svc.spec.traffic.as_deref().unwrap_or_default();
         assert_eq!(traffic[0].percent, Some(100));
         assert_eq!(traffic[0].latest_revision, Some(true));
-        let annotations = svc
-            .spec
-            .template
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default();
+        let annotations = svc.spec.template.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(annotations["autoscaling.knative.dev/min-scale"], "1");
     }
 
@@ -379,22 +336,14 @@ status:
         );
         let manifests = parse(&text).expect("parses");
         let kinds: Vec<_> = manifests.iter().map(|m| (m.document, m.kind())).collect();
-        assert_eq!(
-            kinds,
-            [(2, "Service"), (3, "ConfigMap"), (4, "Configuration")]
-        );
+        assert_eq!(kinds, [(2, "Service"), (3, "ConfigMap"), (4, "Configuration")]);
         assert_eq!(
             manifests[1].object,
-            ManifestObject::Other(OtherObject {
-                api_version: "v1".into(),
-                kind: "ConfigMap".into(),
-                name: Some("cfg".into()),
-            })
+            ManifestObject::Other(OtherObject { api_version: "v1".into(), kind: "ConfigMap".into(), name: Some("cfg".into()) })
         );
         assert_eq!(manifests[2].name(), Some("conf"));
         // A Revision or Route is another kind too.
-        let route = parse("apiVersion: serving.knative.dev/v1\nkind: Route\nmetadata: {name: r}\n")
-            .expect("parses");
+        let route = parse("apiVersion: serving.knative.dev/v1\nkind: Route\nmetadata: {name: r}\n").expect("parses");
         assert_eq!(route[0].kind(), "Route");
         assert!(parse("").expect("empty stream").is_empty());
         assert!(parse("---\n---\n").expect("empty documents").is_empty());
@@ -409,15 +358,9 @@ status:
         let text = format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: x}}\n---\n{text}");
         let err = parse(&text).expect_err("env is a map");
         assert_eq!(err.document, 2);
-        assert_eq!(
-            err.path.as_deref(),
-            Some("spec.template.spec.containers[0].env")
-        );
+        assert_eq!(err.path.as_deref(), Some("spec.template.spec.containers[0].env"));
         // Line 4 of the stream is `---`; `name: TARGET` is on line 22 of it.
-        let line = text
-            .lines()
-            .position(|l| l.trim() == "name: TARGET")
-            .map(|i| i + 1);
+        let line = text.lines().position(|l| l.trim() == "name: TARGET").map(|i| i + 1);
         assert_eq!(err.location.map(|l| l.line), line);
         assert_eq!(err.location.map(|l| l.column), Some(13));
         let shown = err.to_string();
@@ -435,10 +378,7 @@ status:
     fn annotation_values_must_be_strings() {
         let text = HELLO.replace("min-scale: \"1\"", "min-scale: [1]");
         let err = parse(&text).expect_err("annotation is a list");
-        assert_eq!(
-            err.path.as_deref(),
-            Some("spec.template.metadata.annotations.autoscaling.knative.dev/min-scale")
-        );
+        assert_eq!(err.path.as_deref(), Some("spec.template.metadata.annotations.autoscaling.knative.dev/min-scale"));
         assert!(matches!(err.kind, ManifestErrorKind::Invalid(_)));
         assert_eq!(err.location.map(|l| l.line), Some(11));
     }
@@ -456,16 +396,9 @@ status:
     #[test]
     fn documents_without_kind_or_not_objects() {
         let err = parse("apiVersion: v1\nmetadata: {name: x}\n").expect_err("no kind");
-        assert_eq!(
-            err.kind,
-            ManifestErrorKind::Invalid("missing field `kind`".into())
-        );
+        assert_eq!(err.kind, ManifestErrorKind::Invalid("missing field `kind`".into()));
         let err = parse("just a string\n").expect_err("scalar");
-        assert!(
-            err.to_string()
-                .contains("expected a Kubernetes object (a mapping with apiVersion and kind)"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("expected a Kubernetes object (a mapping with apiVersion and kind)"), "{err}");
     }
 
     #[test]
@@ -474,10 +407,7 @@ status:
         let err = parse(text).expect_err("v1alpha1");
         assert_eq!(
             err.kind,
-            ManifestErrorKind::UnsupportedApiVersion {
-                api_version: "serving.knative.dev/v1alpha1".into(),
-                kind: "Service"
-            }
+            ManifestErrorKind::UnsupportedApiVersion { api_version: "serving.knative.dev/v1alpha1".into(), kind: "Service" }
         );
         assert_eq!(err.location.map(|l| l.line), Some(3));
         assert_eq!(err.path.as_deref(), Some("apiVersion"));
@@ -489,14 +419,8 @@ status:
         let json = serde_json::to_value(service(&manifests[0])).expect("serializes");
         assert_eq!(json["apiVersion"], "serving.knative.dev/v1");
         assert_eq!(json["kind"], "Service");
-        assert_eq!(
-            json["spec"]["template"]["spec"]["containers"][0]["workingDir"],
-            serde_json::json!("/srv")
-        );
-        assert_eq!(
-            json["spec"]["template"]["spec"]["volumes"][0]["name"],
-            "data"
-        );
+        assert_eq!(json["spec"]["template"]["spec"]["containers"][0]["workingDir"], serde_json::json!("/srv"));
+        assert_eq!(json["spec"]["template"]["spec"]["volumes"][0]["name"], "data");
         assert_eq!(json["status"]["url"], "http://hello.default.example.com");
     }
 }

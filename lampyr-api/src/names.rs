@@ -74,15 +74,9 @@ mod tests {
         // Digests computed independently (Python's hashlib).
         let parent = "a".repeat(64);
         let name = child_name(&parent, "");
-        assert_eq!(
-            name,
-            format!("{}014842d480b571495a4a0363793f7367", "a".repeat(31))
-        );
+        assert_eq!(name, format!("{}014842d480b571495a4a0363793f7367", "a".repeat(31)));
         let parent = "hello-world-service-with-a-rather-long-name-for-testing-purposes";
-        assert_eq!(
-            revision_name(parent, 1),
-            "hello-world-service-with-a747a8acef5e8c45daab64e4d11956bb-00001"
-        );
+        assert_eq!(revision_name(parent, 1), "hello-world-service-with-a747a8acef5e8c45daab64e4d11956bb-00001");
     }
 
     #[test]
@@ -108,10 +102,7 @@ mod tests {
         let parent = "p".repeat(10);
         let suffix = format!("{}-{}", "s".repeat(20), "t".repeat(33));
         let name = child_name(&parent, &suffix);
-        assert_eq!(
-            name,
-            format!("{parent}d25e93088635699b3b41335b51ec0556{}", "s".repeat(20))
-        );
+        assert_eq!(name, format!("{parent}d25e93088635699b3b41335b51ec0556{}", "s".repeat(20)));
         assert_eq!(name.len(), 62);
     }
 }

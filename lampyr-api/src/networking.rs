@@ -23,8 +23,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{KnativeStatus, certificate, ingress};
-use crate::object::kube_object;
 use crate::duck::is_zero;
+use crate::object::kube_object;
 
 /// A KIngress: how requests for a Route's (or DomainMapping's) hosts reach
 /// Revisions.
@@ -180,14 +180,9 @@ crate::knative_status! {
     }
 }
 
-
 impl IngressStatus {
     /// Records both load balancers and marks `LoadBalancerReady` True.
-    pub fn mark_load_balancer_ready(
-        &mut self,
-        public: Vec<LoadBalancerIngressStatus>,
-        private: Vec<LoadBalancerIngressStatus>,
-    ) {
+    pub fn mark_load_balancer_ready(&mut self, public: Vec<LoadBalancerIngressStatus>, private: Vec<LoadBalancerIngressStatus>) {
         self.public_load_balancer = Some(LoadBalancerStatus { ingress: public });
         self.private_load_balancer = Some(LoadBalancerStatus { ingress: private });
         self.manage().mark_true(ingress::LOAD_BALANCER_READY);
@@ -262,7 +257,6 @@ crate::knative_status! {
         pub http01_challenges: Vec<Http01Challenge>,
     }
 }
-
 
 /// `status.http01Challenges[]`: where a challenge URL must be routed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

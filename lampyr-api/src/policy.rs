@@ -242,7 +242,9 @@ pub enum EnvRefError<E> {
 
 /// Whether `name` may be an environment variable name (Kubernetes' rule for `envFrom` keys).
 fn is_env_name(name: &str) -> bool {
-    !name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
 }
 
 /// The port a container listens on when it declares none (Knative's runtime contract).
@@ -258,13 +260,16 @@ impl FiberPolicy {
         &self,
         mut read: impl FnMut(&EnvSource) -> Result<Option<std::collections::BTreeMap<String, String>>, E>,
     ) -> Result<Vec<(String, String)>, EnvRefError<E>> {
-        let mut fetch = |source: &EnvSource| {
-            read(source).map_err(|error| EnvRefError::Read { kind: source.kind, name: source.name.clone(), error })
-        };
+        let mut fetch =
+            |source: &EnvSource| read(source).map_err(|error| EnvRefError::Read { kind: source.kind, name: source.name.clone(), error });
         let mut out = Vec::new();
         for r in self.env_refs.iter().filter(|r| r.key.is_none()) {
             match fetch(&r.source)? {
-                Some(data) => out.extend(data.into_iter().filter(|(k, _)| is_env_name(&format!("{}{k}", r.prefix))).map(|(k, v)| (format!("{}{k}", r.prefix), v))),
+                Some(data) => out.extend(
+                    data.into_iter()
+                        .filter(|(k, _)| is_env_name(&format!("{}{k}", r.prefix)))
+                        .map(|(k, v)| (format!("{}{k}", r.prefix), v)),
+                ),
                 None if r.source.optional => {}
                 None => return Err(EnvRefError::Missing { kind: r.source.kind, name: r.source.name.clone() }),
             }
@@ -303,7 +308,12 @@ impl FiberPolicy {
     /// `K_CONFIGURATION` and `K_SERVICE` (empty for a Revision no Service owns).
     pub fn with_runtime_contract(mut self, revision: &str, configuration: &str, service: &str) -> Self {
         let port = self.port.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT);
-        for (name, value) in [("PORT", port.to_string()), ("K_REVISION", revision.into()), ("K_CONFIGURATION", configuration.into()), ("K_SERVICE", service.into())] {
+        for (name, value) in [
+            ("PORT", port.to_string()),
+            ("K_REVISION", revision.into()),
+            ("K_CONFIGURATION", configuration.into()),
+            ("K_SERVICE", service.into()),
+        ] {
             self.env.retain(|(n, _)| n != name);
             self.env.push((name.to_string(), value));
         }
@@ -434,8 +444,7 @@ mod env_list {
     use super::EnvEntry;
 
     pub fn serialize<S: Serializer>(env: &[(String, String)], serializer: S) -> Result<S::Ok, S::Error> {
-        let entries: Vec<EnvEntry> =
-            env.iter().map(|(name, value)| EnvEntry { name: name.clone(), value: value.clone() }).collect();
+        let entries: Vec<EnvEntry> = env.iter().map(|(name, value)| EnvEntry { name: name.clone(), value: value.clone() }).collect();
         entries.serialize(serializer)
     }
 
@@ -459,11 +468,26 @@ mod tests {
         let mut policy = FiberPolicy { env: vec![("A".into(), "1".into()), ("C".into(), "3".into())], ..FiberPolicy::default() };
         policy.env_refs = vec![
             EnvRef { source: source(EnvSourceKind::ConfigMap, "cfg", false), key: None, variable: None, index: 0, prefix: "P_".into() },
-            EnvRef { source: source(EnvSourceKind::Secret, "sec", false), key: Some("k".into()), variable: Some("B".into()), index: 1, prefix: String::new() },
-            EnvRef { source: source(EnvSourceKind::Secret, "gone", true), key: Some("k".into()), variable: Some("D".into()), index: 3, prefix: String::new() },
+            EnvRef {
+                source: source(EnvSourceKind::Secret, "sec", false),
+                key: Some("k".into()),
+                variable: Some("B".into()),
+                index: 1,
+                prefix: String::new(),
+            },
+            EnvRef {
+                source: source(EnvSourceKind::Secret, "gone", true),
+                key: Some("k".into()),
+                variable: Some("D".into()),
+                index: 3,
+                prefix: String::new(),
+            },
         ];
         let objects: BTreeMap<(EnvSourceKind, String), BTreeMap<String, String>> = [
-            ((EnvSourceKind::ConfigMap, "cfg".to_string()), [("x".to_string(), "cx".to_string()), ("1bad".to_string(), "no".to_string())].into()),
+            (
+                (EnvSourceKind::ConfigMap, "cfg".to_string()),
+                [("x".to_string(), "cx".to_string()), ("1bad".to_string(), "no".to_string())].into(),
+            ),
             ((EnvSourceKind::Secret, "sec".to_string()), [("k".to_string(), "secret".to_string())].into()),
         ]
         .into();
@@ -474,7 +498,10 @@ mod tests {
 
         policy.env_refs[1].source.name = "absent".into();
         let err = policy.resolve_env(read).expect_err("an unresolvable reference");
-        assert_eq!(err.to_string(), "Secret \"absent\" does not exist (referenced by the container's env; mark it optional to start without it)");
+        assert_eq!(
+            err.to_string(),
+            "Secret \"absent\" does not exist (referenced by the container's env; mark it optional to start without it)"
+        );
         policy.env_refs[1].source.name = "sec".into();
         policy.env_refs[1].key = Some("other".into());
         assert!(policy.resolve_env(read).expect_err("a missing key").to_string().contains("has no key \"other\" (env B)"));

@@ -10,9 +10,7 @@
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// The text does not follow the quantity grammar.
-    #[error(
-        "invalid quantity {0:?}: expected a number with an optional suffix like 128Mi, 1G or 500m"
-    )]
+    #[error("invalid quantity {0:?}: expected a number with an optional suffix like 128Mi, 1G or 500m")]
     Syntax(String),
     /// The quantity is negative.
     #[error("quantity {0:?} is negative")]
@@ -70,11 +68,7 @@ pub fn parse_quantity(text: &str) -> Result<ParsedQuantity, QuantityError> {
     if significant.len() > 30 {
         return Err(too_large());
     }
-    let mantissa: u128 = if significant.is_empty() {
-        0
-    } else {
-        significant.parse().map_err(|_| syntax())?
-    };
+    let mantissa: u128 = if significant.is_empty() { 0 } else { significant.parse().map_err(|_| syntax())? };
     // value = mantissa * 10^-frac_len * 2^bin * 10^dec
     let (bin_exp, dec_exp): (u32, i32) = match suffix {
         "Ki" => (10, 0),
@@ -107,15 +101,10 @@ pub fn parse_quantity(text: &str) -> Result<ParsedQuantity, QuantityError> {
         return Err(QuantityError::Negative(text.to_owned()));
     }
     if mantissa == 0 {
-        return Ok(ParsedQuantity {
-            numerator: 0,
-            denominator: 1,
-        });
+        return Ok(ParsedQuantity { numerator: 0, denominator: 1 });
     }
     let dec_exp = dec_exp - frac_part.len() as i32;
-    let mut numerator = mantissa
-        .checked_mul(1u128 << bin_exp)
-        .ok_or_else(too_large)?;
+    let mut numerator = mantissa.checked_mul(1u128 << bin_exp).ok_or_else(too_large)?;
     let mut denominator: u128 = 1;
     if dec_exp >= 0 {
         let factor = 10u128.checked_pow(dec_exp as u32).ok_or_else(too_large)?;
@@ -126,20 +115,14 @@ pub fn parse_quantity(text: &str) -> Result<ParsedQuantity, QuantityError> {
         match 10u128.checked_pow(dec_exp.unsigned_abs()) {
             Some(d) => denominator = d,
             None => {
-                return Ok(ParsedQuantity {
-                    numerator: 1,
-                    denominator: u128::MAX,
-                });
+                return Ok(ParsedQuantity { numerator: 1, denominator: u128::MAX });
             }
         }
     }
     if numerator.div_ceil(denominator) > MAX_QUANTITY {
         return Err(too_large());
     }
-    Ok(ParsedQuantity {
-        numerator,
-        denominator,
-    })
+    Ok(ParsedQuantity { numerator, denominator })
 }
 
 /// Splits `digits[.digits]rest` into its integer digits, fraction digits and the rest.
@@ -161,9 +144,7 @@ mod tests {
     use super::*;
 
     fn bytes(text: &str) -> u64 {
-        parse_quantity(text)
-            .unwrap_or_else(|e| panic!("{text}: {e}"))
-            .ceil()
+        parse_quantity(text).unwrap_or_else(|e| panic!("{text}: {e}")).ceil()
     }
 
     #[test]
@@ -202,27 +183,12 @@ mod tests {
 
     #[test]
     fn invalid() {
-        for text in [
-            "", "Mi", ".", "1.2.3", "1Mb", "1 Mi", " 1", "1KiB", "1e", "1e+", "0x10", "1i", "1mi",
-        ] {
-            assert_eq!(
-                parse_quantity(text),
-                Err(QuantityError::Syntax(text.into())),
-                "{text:?}"
-            );
+        for text in ["", "Mi", ".", "1.2.3", "1Mb", "1 Mi", " 1", "1KiB", "1e", "1e+", "0x10", "1i", "1mi"] {
+            assert_eq!(parse_quantity(text), Err(QuantityError::Syntax(text.into())), "{text:?}");
         }
-        assert_eq!(
-            parse_quantity("-1Mi"),
-            Err(QuantityError::Negative("-1Mi".into()))
-        );
-        assert_eq!(
-            parse_quantity("8Ei"),
-            Err(QuantityError::TooLarge("8Ei".into()))
-        );
-        assert_eq!(
-            parse_quantity("1e100"),
-            Err(QuantityError::TooLarge("1e100".into()))
-        );
+        assert_eq!(parse_quantity("-1Mi"), Err(QuantityError::Negative("-1Mi".into())));
+        assert_eq!(parse_quantity("8Ei"), Err(QuantityError::TooLarge("8Ei".into())));
+        assert_eq!(parse_quantity("1e100"), Err(QuantityError::TooLarge("1e100".into())));
     }
 
     #[test]

@@ -16,8 +16,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ContainerPort, EnvFromSource, EnvVar, HTTPHeader, LocalObjectReference, ResourceRequirements,
-    SeccompProfile,
+    Capabilities, ContainerPort, EnvFromSource, EnvVar, HTTPHeader, LocalObjectReference, ResourceRequirements, SeccompProfile,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -25,8 +24,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::object::kube_object;
-use crate::traffic::TrafficTarget;
 use crate::status::{ConfigurationStatus, RevisionStatus, RouteStatus, ServiceStatus};
+use crate::traffic::TrafficTarget;
 
 /// Fields kept verbatim because the enclosing type does not model them.
 pub type OtherFields = BTreeMap<String, serde_json::Value>;
@@ -339,7 +338,6 @@ pub struct RouteSpec {
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
-
 
 kube_object!(Service, group "serving.knative.dev", version "v1", plural "services",
     scope NamespaceResourceScope, spec ServiceSpec, status ServiceStatus);

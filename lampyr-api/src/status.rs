@@ -17,14 +17,10 @@
 //! Conditions are managed through [`KnativeStatus::manage`] (system clock) or
 //! [`KnativeStatus::manage_with_clock`], under each status's condition set.
 
-
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::{
-    CONDITION_READY, Clock, ConditionManager, KnativeStatus, configuration, revision,
-    route, service,
-};
+use crate::conditions::{CONDITION_READY, Clock, ConditionManager, KnativeStatus, configuration, revision, route, service};
 use crate::duck::Addressable;
 use crate::networking::IngressStatus;
 use crate::traffic::TrafficTarget;
@@ -64,7 +60,6 @@ pub struct ContainerStatus {
     pub image_digest: String,
 }
 
-
 impl RevisionStatus {
     /// `Active` True.
     pub fn mark_active_true(&mut self) {
@@ -78,8 +73,7 @@ impl RevisionStatus {
 
     /// `Active` Unknown (e.g. [`revision::REASON_QUEUED`]).
     pub fn mark_active_unknown(&mut self, reason: &str, message: &str) {
-        self.manage()
-            .mark_unknown(revision::ACTIVE, reason, message);
+        self.manage().mark_unknown(revision::ACTIVE, reason, message);
     }
 
     /// `ContainerHealthy` True.
@@ -89,14 +83,12 @@ impl RevisionStatus {
 
     /// `ContainerHealthy` False (e.g. [`revision::exit_code_reason`]).
     pub fn mark_container_healthy_false(&mut self, reason: &str, message: &str) {
-        self.manage()
-            .mark_false(revision::CONTAINER_HEALTHY, reason, message);
+        self.manage().mark_false(revision::CONTAINER_HEALTHY, reason, message);
     }
 
     /// `ContainerHealthy` Unknown (e.g. [`revision::REASON_DEPLOYING`]).
     pub fn mark_container_healthy_unknown(&mut self, reason: &str, message: &str) {
-        self.manage()
-            .mark_unknown(revision::CONTAINER_HEALTHY, reason, message);
+        self.manage().mark_unknown(revision::CONTAINER_HEALTHY, reason, message);
     }
 
     /// `ResourcesAvailable` True.
@@ -106,14 +98,12 @@ impl RevisionStatus {
 
     /// `ResourcesAvailable` False (e.g. [`revision::REASON_NOT_OWNED`]).
     pub fn mark_resources_available_false(&mut self, reason: &str, message: &str) {
-        self.manage()
-            .mark_false(revision::RESOURCES_AVAILABLE, reason, message);
+        self.manage().mark_false(revision::RESOURCES_AVAILABLE, reason, message);
     }
 
     /// `ResourcesAvailable` Unknown (e.g. [`revision::REASON_DEPLOYING`]).
     pub fn mark_resources_available_unknown(&mut self, reason: &str, message: &str) {
-        self.manage()
-            .mark_unknown(revision::RESOURCES_AVAILABLE, reason, message);
+        self.manage().mark_unknown(revision::RESOURCES_AVAILABLE, reason, message);
     }
 }
 
@@ -129,7 +119,6 @@ crate::knative_status! {
         pub latest_created_revision_name: String,
     }
 }
-
 
 impl ConfigurationStatus {
     /// Records the newest Revision; `Ready` becomes Unknown until it is also
@@ -167,7 +156,6 @@ crate::knative_status! {
     }
 }
 
-
 impl RouteStatus {
     /// `IngressReady` follows the KIngress's `Ready`; a KIngress without one
     /// makes it Unknown [`route::REASON_INGRESS_NOT_CONFIGURED`].
@@ -198,18 +186,14 @@ crate::knative_status! {
     }
 }
 
-
 impl ServiceStatus {
     /// Copies the Configuration's Revision names; `ConfigurationsReady`
     /// follows its `Ready` (unchanged while it has none).
     pub fn propagate_configuration_status(&mut self, config: &ConfigurationStatus) {
-        self.latest_ready_revision_name
-            .clone_from(&config.latest_ready_revision_name);
-        self.latest_created_revision_name
-            .clone_from(&config.latest_created_revision_name);
+        self.latest_ready_revision_name.clone_from(&config.latest_ready_revision_name);
+        self.latest_created_revision_name.clone_from(&config.latest_created_revision_name);
         if let Some(ready) = config.get_condition(CONDITION_READY) {
-            self.manage()
-                .propagate(service::CONFIGURATIONS_READY, ready);
+            self.manage().propagate(service::CONFIGURATIONS_READY, ready);
         }
     }
 
@@ -228,18 +212,10 @@ impl ServiceStatus {
 /// Upstream's `PropagateIngressStatus` for Routes and DomainMappings:
 /// `type_` follows the KIngress's `Ready`, or is Unknown
 /// `IngressNotConfigured` while the KIngress has none.
-pub(crate) fn propagate_or_not_configured<C: Clock>(
-    manager: &mut ConditionManager<'_, C>,
-    type_: &str,
-    ingress: &IngressStatus,
-) {
+pub(crate) fn propagate_or_not_configured<C: Clock>(manager: &mut ConditionManager<'_, C>, type_: &str, ingress: &IngressStatus) {
     match ingress.get_condition(CONDITION_READY) {
         Some(ready) => manager.propagate(type_, ready),
-        None => manager.mark_unknown(
-            type_,
-            route::REASON_INGRESS_NOT_CONFIGURED,
-            route::MESSAGE_INGRESS_NOT_CONFIGURED,
-        ),
+        None => manager.mark_unknown(type_, route::REASON_INGRESS_NOT_CONFIGURED, route::MESSAGE_INGRESS_NOT_CONFIGURED),
     }
 }
 
@@ -290,17 +266,12 @@ mod tests {
 
     #[test]
     fn empty_status_serializes_to_an_empty_object() {
-        assert_eq!(
-            serde_json::to_string(&RevisionStatus::default()).expect("serialize"),
-            "{}"
-        );
+        assert_eq!(serde_json::to_string(&RevisionStatus::default()).expect("serialize"), "{}");
     }
 
     #[test]
     fn no_service_name_on_the_wire() {
-        let mut status: RevisionStatus =
-            serde_json::from_value(json!({"serviceName": "old", "observedGeneration": 2}))
-                .expect("parse");
+        let mut status: RevisionStatus = serde_json::from_value(json!({"serviceName": "old", "observedGeneration": 2})).expect("parse");
         status.initialize_conditions();
         let out = serde_json::to_value(&status).expect("serialize");
         assert!(out.get("serviceName").is_none());
@@ -317,40 +288,23 @@ mod tests {
         let ready = status.get_condition(CONDITION_READY).expect("ready");
         assert!(ready.is_unknown());
         assert_eq!(ready.reason, revision::REASON_DEPLOYING);
-        assert_eq!(
-            status.get_condition(revision::ACTIVE).map(|c| c.severity),
-            Some(ConditionSeverity::Info)
-        );
+        assert_eq!(status.get_condition(revision::ACTIVE).map(|c| c.severity), Some(ConditionSeverity::Info));
 
         status.mark_resources_available_true();
         status.mark_container_healthy_true();
         status.mark_active_false(revision::REASON_NO_TRAFFIC, revision::MESSAGE_NO_TRAFFIC);
         status.set_observed_generation(1);
-        assert!(
-            status.is_ready(Some(1)),
-            "scaled to zero is still Ready: {status:?}"
-        );
+        assert!(status.is_ready(Some(1)), "scaled to zero is still Ready: {status:?}");
 
-        status.mark_container_healthy_false(
-            &revision::exit_code_reason(1),
-            &revision::container_exiting_message("boom"),
-        );
+        status.mark_container_healthy_false(&revision::exit_code_reason(1), &revision::container_exiting_message("boom"));
         let ready = status.get_condition(CONDITION_READY).expect("ready");
         assert!(ready.is_false());
         assert_eq!(ready.reason, "ExitCode1");
         assert_eq!(ready.message, "Container failed with: boom");
         assert!(status.is_failed(Some(1)));
 
-        status.mark_resources_available_false(
-            revision::REASON_PROGRESS_DEADLINE_EXCEEDED,
-            revision::MESSAGE_INITIAL_SCALE_NEVER_ACHIEVED,
-        );
-        assert_eq!(
-            status
-                .get_condition(CONDITION_READY)
-                .map(|c| c.reason.as_str()),
-            Some(revision::REASON_PROGRESS_DEADLINE_EXCEEDED)
-        );
+        status.mark_resources_available_false(revision::REASON_PROGRESS_DEADLINE_EXCEEDED, revision::MESSAGE_INITIAL_SCALE_NEVER_ACHIEVED);
+        assert_eq!(status.get_condition(CONDITION_READY).map(|c| c.reason.as_str()), Some(revision::REASON_PROGRESS_DEADLINE_EXCEEDED));
     }
 
     fn ready_of<S: KnativeStatus>(status: &S) -> (ConditionStatus, &str) {
@@ -385,15 +339,8 @@ mod tests {
         config.set_latest_ready_revision_name("hello-00001");
         let mut route = RouteStatus {
             url: Some("http://hello.default.example.com".into()),
-            address: Some(Addressable {
-                url: Some("http://hello.default.svc.cluster.local".into()),
-                ..Default::default()
-            }),
-            traffic: vec![TrafficTarget {
-                revision_name: Some("hello-00001".into()),
-                percent: Some(100),
-                ..Default::default()
-            }],
+            address: Some(Addressable { url: Some("http://hello.default.svc.cluster.local".into()), ..Default::default() }),
+            traffic: vec![TrafficTarget { revision_name: Some("hello-00001".into()), percent: Some(100), ..Default::default() }],
             ..Default::default()
         };
         let mut service = ServiceStatus::default();
@@ -401,30 +348,16 @@ mod tests {
         // A child without Ready leaves the Service's condition alone.
         service.propagate_route_status(&route);
         assert_eq!(service.url, route.url);
-        assert!(
-            service
-                .get_condition(service::ROUTES_READY)
-                .is_some_and(|c| c.is_unknown() && c.reason.is_empty())
-        );
+        assert!(service.get_condition(service::ROUTES_READY).is_some_and(|c| c.is_unknown() && c.reason.is_empty()));
 
-        route.manage().mark_unknown(
-            route::INGRESS_READY,
-            route::REASON_INGRESS_NOT_CONFIGURED,
-            route::MESSAGE_INGRESS_NOT_CONFIGURED,
-        );
+        route.manage().mark_unknown(route::INGRESS_READY, route::REASON_INGRESS_NOT_CONFIGURED, route::MESSAGE_INGRESS_NOT_CONFIGURED);
         service.propagate_configuration_status(&config);
         service.propagate_route_status(&route);
         assert_eq!(service.latest_ready_revision_name, "hello-00001");
         assert_eq!(service.latest_created_revision_name, "hello-00001");
         assert_eq!(service.traffic, route.traffic);
         assert_eq!(service.address, route.address);
-        assert_eq!(
-            ready_of(&service),
-            (
-                ConditionStatus::Unknown,
-                route::REASON_INGRESS_NOT_CONFIGURED
-            )
-        );
+        assert_eq!(ready_of(&service), (ConditionStatus::Unknown, route::REASON_INGRESS_NOT_CONFIGURED));
 
         for dependent in [route::ALL_TRAFFIC_ASSIGNED, route::INGRESS_READY] {
             assert_ne!(ready_of(&route).0, ConditionStatus::True);
@@ -440,10 +373,7 @@ mod tests {
     }
 
     /// `propagate` makes `type_` of a fresh `S` follow a KIngress's `Ready`.
-    fn check_follows_ingress<S: KnativeStatus + Default>(
-        propagate: fn(&mut S, &IngressStatus),
-        type_: &str,
-    ) {
+    fn check_follows_ingress<S: KnativeStatus + Default>(propagate: fn(&mut S, &IngressStatus), type_: &str) {
         let condition = |s: &S| {
             let c = s.get_condition(type_).expect("set");
             (c.status, c.reason.clone())
@@ -451,13 +381,7 @@ mod tests {
         let mut status = S::default();
         let mut kingress = IngressStatus::default();
         propagate(&mut status, &kingress);
-        assert_eq!(
-            condition(&status),
-            (
-                ConditionStatus::Unknown,
-                route::REASON_INGRESS_NOT_CONFIGURED.into()
-            )
-        );
+        assert_eq!(condition(&status), (ConditionStatus::Unknown, route::REASON_INGRESS_NOT_CONFIGURED.into()));
 
         kingress.initialize_conditions();
         kingress.manage().mark_unknown(
@@ -466,19 +390,10 @@ mod tests {
             ingress::MESSAGE_LOAD_BALANCER_NOT_READY,
         );
         propagate(&mut status, &kingress);
-        assert_eq!(
-            condition(&status),
-            (
-                ConditionStatus::Unknown,
-                ingress::REASON_UNINITIALIZED.into()
-            )
-        );
+        assert_eq!(condition(&status), (ConditionStatus::Unknown, ingress::REASON_UNINITIALIZED.into()));
 
         kingress.manage().mark_true(ingress::NETWORK_CONFIGURED);
-        let lb = LoadBalancerIngressStatus {
-            domain_internal: "kourier.kourier-system.svc.cluster.local".into(),
-            ..Default::default()
-        };
+        let lb = LoadBalancerIngressStatus { domain_internal: "kourier.kourier-system.svc.cluster.local".into(), ..Default::default() };
         kingress.mark_load_balancer_ready(vec![lb.clone()], vec![lb]);
         assert_eq!(ready_of(&kingress), (ConditionStatus::True, ""));
         propagate(&mut status, &kingress);
@@ -488,9 +403,6 @@ mod tests {
     #[test]
     fn routes_and_domain_mappings_follow_their_kingress() {
         check_follows_ingress(RouteStatus::propagate_ingress_status, route::INGRESS_READY);
-        check_follows_ingress(
-            DomainMappingStatus::propagate_ingress_status,
-            crate::conditions::domain_mapping::INGRESS_READY,
-        );
+        check_follows_ingress(DomainMappingStatus::propagate_ingress_status, crate::conditions::domain_mapping::INGRESS_READY);
     }
 }

@@ -8,17 +8,13 @@ const REGENERATE: &str = "run `cargo run -p lampyr-api --bin crdgen > config/crd
 fn committed_crd_yaml_matches_the_types() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/crd/lampyr.yaml");
     let generated = lampyr_api::fiber::crd_yaml().expect("CRDs serialize to YAML");
-    let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}; {REGENERATE}", path.display()));
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}; {REGENERATE}", path.display()));
     if committed != generated {
         let line = committed
             .lines()
             .zip(generated.lines())
             .position(|(a, b)| a != b)
-            .map_or_else(
-                || committed.lines().count().min(generated.lines().count()) + 1,
-                |i| i + 1,
-            );
+            .map_or_else(|| committed.lines().count().min(generated.lines().count()) + 1, |i| i + 1);
         panic!(
             "config/crd/lampyr.yaml differs from the CRDs the lampyr-api types generate \
              (first difference at line {line}); {REGENERATE}"
@@ -29,17 +25,8 @@ fn committed_crd_yaml_matches_the_types() {
 #[test]
 fn committed_crd_yaml_parses_as_three_crds() {
     let generated = lampyr_api::fiber::crd_yaml().expect("CRDs serialize to YAML");
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&generated)
-        .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML document"))
-        .collect();
-    let kinds: Vec<_> = docs
-        .iter()
-        .map(|d| {
-            d["spec"]["names"]["kind"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect();
+    let docs: Vec<serde_yaml::Value> =
+        serde_yaml::Deserializer::from_str(&generated).map(|d| serde::Deserialize::deserialize(d).expect("valid YAML document")).collect();
+    let kinds: Vec<_> = docs.iter().map(|d| d["spec"]["names"]["kind"].as_str().unwrap_or_default().to_owned()).collect();
     assert_eq!(kinds, ["CapacityGrant", "Home", "GrantPolicy"]);
 }

@@ -19,15 +19,13 @@ use std::collections::BTreeMap;
 use kube::Resource;
 use lampyr_api::domain_mapping::SecretTls;
 use lampyr_api::networking::{
-    Certificate, CertificateSpec, CertificateStatus, ClusterDomainClaim, ClusterDomainClaimSpec,
-    HeaderMatch, Http01Challenge, HttpIngressPath, HttpIngressRuleValue, Ingress,
-    IngressBackendSplit, IngressRule, IngressSpec, IngressStatus, IngressTls,
+    Certificate, CertificateSpec, CertificateStatus, ClusterDomainClaim, ClusterDomainClaimSpec, HeaderMatch, Http01Challenge,
+    HttpIngressPath, HttpIngressRuleValue, Ingress, IngressBackendSplit, IngressRule, IngressSpec, IngressStatus, IngressTls,
     LoadBalancerIngressStatus, LoadBalancerStatus,
 };
 use lampyr_api::{
-    Addressable, Configuration, ConfigurationStatus, ContainerStatus, DomainMapping,
-    DomainMappingSpec, DomainMappingStatus, KReference, Revision, RevisionStatus, Route, RouteSpec,
-    RouteStatus, Service, ServiceStatus, TrafficTarget,
+    Addressable, Configuration, ConfigurationStatus, ContainerStatus, DomainMapping, DomainMappingSpec, DomainMappingStatus, KReference,
+    Revision, RevisionStatus, Route, RouteSpec, RouteStatus, Service, ServiceStatus, TrafficTarget,
 };
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
@@ -66,11 +64,7 @@ where
         namespaced: std::any::type_name::<K::Scope>().ends_with("NamespaceResourceScope"),
         round_trip: round_trip::<K>,
         schema: || {
-            SchemaSettings::draft2020_12()
-                .with(|s| s.inline_subschemas = true)
-                .into_generator()
-                .into_root_schema_for::<K>()
-                .to_value()
+            SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true).into_generator().into_root_schema_for::<K>().to_value()
         },
         fields,
     }
@@ -83,11 +77,7 @@ fn leak(s: std::borrow::Cow<'_, str>) -> &'static str {
 fn kinds() -> Vec<Kind> {
     use Fields::{Same, Subset};
     vec![
-        kind::<Service>(&[
-            ("status", Same),
-            ("spec.traffic", Same),
-            ("spec.template.spec", Subset),
-        ]),
+        kind::<Service>(&[("status", Same), ("spec.traffic", Same), ("spec.template.spec", Subset)]),
         kind::<Configuration>(&[("status", Same), ("spec.template.spec", Subset)]),
         kind::<Revision>(&[("status", Same), ("spec", Subset)]),
         kind::<Route>(&[("status", Same), ("spec", Same)]),
@@ -99,23 +89,17 @@ fn kinds() -> Vec<Kind> {
 }
 
 fn kind_for(kinds: &[Kind], api_version: &str, kind: &str) -> Option<usize> {
-    kinds
-        .iter()
-        .position(|k| k.api_version == api_version && k.kind == kind)
+    kinds.iter().position(|k| k.api_version == api_version && k.kind == kind)
 }
 
 /// Reads `value` as `K`, writes it back, and fails naming every field that
 /// was lost, added or changed.
 fn round_trip<K: Serialize + DeserializeOwned>(source: &str, value: &Value) -> Value {
-    let typed: K = serde_path_to_error::deserialize(value.clone())
-        .unwrap_or_else(|e| panic!("{source}: not a {}: {e}", std::any::type_name::<K>()));
+    let typed: K =
+        serde_path_to_error::deserialize(value.clone()).unwrap_or_else(|e| panic!("{source}: not a {}: {e}", std::any::type_name::<K>()));
     let back = serde_json::to_value(&typed).expect("serializes");
     let diff = upstream::diff(value, &back);
-    assert!(
-        diff.is_empty(),
-        "{source} does not round-trip through {}:\n{diff}",
-        std::any::type_name::<K>()
-    );
+    assert!(diff.is_empty(), "{source} does not round-trip through {}:\n{diff}", std::any::type_name::<K>());
     back
 }
 
@@ -129,24 +113,15 @@ struct Upstream {
 fn upstream() -> Upstream {
     let serving = upstream::module_dir(upstream::SERVING);
     let networking = upstream::module_dir(upstream::NETWORKING);
-    Upstream {
-        kinds: kinds(),
-        crds: upstream::Crds::load(&serving, &networking),
-        serving,
-        networking,
-    }
+    Upstream { kinds: kinds(), crds: upstream::Crds::load(&serving, &networking), serving, networking }
 }
 
 impl Upstream {
     /// Round-trips `value` through its kind's type and checks the result
     /// against upstream's CRD schema.
     fn check(&self, source: &str, value: &Value) -> Value {
-        let (api_version, kind) = (
-            value["apiVersion"].as_str().unwrap_or_default(),
-            value["kind"].as_str().unwrap_or_default(),
-        );
-        let i = kind_for(&self.kinds, api_version, kind)
-            .unwrap_or_else(|| panic!("{source}: no Lampyr type for {api_version} {kind}"));
+        let (api_version, kind) = (value["apiVersion"].as_str().unwrap_or_default(), value["kind"].as_str().unwrap_or_default());
+        let i = kind_for(&self.kinds, api_version, kind).unwrap_or_else(|| panic!("{source}: no Lampyr type for {api_version} {kind}"));
         let back = (self.kinds[i].round_trip)(source, value);
         let crd = self.crds.get(api_version, kind);
         let violations = upstream::schema_violations(&crd.schema, &back);
@@ -170,10 +145,7 @@ fn upstream_examples_round_trip() {
         let (api_version, kind) = ex.type_meta();
         if kind_for(&up.kinds, api_version, kind).is_none() {
             // A kind Lampyr does not model (none at the pinned versions).
-            eprintln!(
-                "{}: {api_version} {kind} not modelled, not checked",
-                ex.source
-            );
+            eprintln!("{}: {api_version} {kind} not modelled, not checked", ex.source);
             continue;
         }
         up.check(&ex.source, &ex.value);
@@ -182,18 +154,12 @@ fn upstream_examples_round_trip() {
     // The pinned modules ship exactly these; a different count means the pins
     // changed or the scan broke, and the list below should be re-read.
     let expected = BTreeMap::from([
-        (
-            "networking.internal.knative.dev/v1alpha1 Certificate".to_owned(),
-            1,
-        ),
+        ("networking.internal.knative.dev/v1alpha1 Certificate".to_owned(), 1),
         ("serving.knative.dev/v1 Configuration".to_owned(), 1),
         ("serving.knative.dev/v1 Route".to_owned(), 1),
         ("serving.knative.dev/v1 Service".to_owned(), 34),
     ]);
-    assert_eq!(
-        counts, expected,
-        "upstream example objects checked, by kind"
-    );
+    assert_eq!(counts, expected, "upstream example objects checked, by kind");
 }
 
 /// A condition with every field set.
@@ -209,16 +175,11 @@ fn condition(type_: &str, status: &str, reason: &str) -> Value {
 
 /// `Ready` True and each dependent True, plus an informational condition.
 fn ready(dependents: &[&str]) -> Value {
-    let mut c: Vec<Value> = dependents
-        .iter()
-        .map(|d| condition(d, "True", "Fine"))
-        .collect();
+    let mut c: Vec<Value> = dependents.iter().map(|d| condition(d, "True", "Fine")).collect();
     let mut info = condition("Informational", "False", "NoTraffic");
     info["severity"] = json!("Info");
     c.push(info);
-    c.push(
-        json!({"type": "Ready", "status": "True", "lastTransitionTime": "2024-07-16T08:22:20Z"}),
-    );
+    c.push(json!({"type": "Ready", "status": "True", "lastTransitionTime": "2024-07-16T08:22:20Z"}));
     c.sort_by_key(|c| c["type"].as_str().unwrap_or_default().to_owned());
     Value::Array(c)
 }
@@ -375,23 +336,13 @@ fn has_path(value: &Value, path: &str) -> bool {
     let Some(rest) = path.strip_prefix('.') else {
         return match path.chars().next() {
             None => true,
-            Some('[') => value
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|v| has_path(v, &path[2..])),
-            Some('{') => value
-                .as_object()
-                .into_iter()
-                .flat_map(|m| m.values())
-                .any(|v| has_path(v, &path[2..])),
+            Some('[') => value.as_array().into_iter().flatten().any(|v| has_path(v, &path[2..])),
+            Some('{') => value.as_object().into_iter().flat_map(|m| m.values()).any(|v| has_path(v, &path[2..])),
             Some(_) => false,
         };
     };
     let end = rest.find(['.', '[', '{']).unwrap_or(rest.len());
-    value
-        .get(&rest[..end])
-        .is_some_and(|v| has_path(v, &rest[end..]))
+    value.get(&rest[..end]).is_some_and(|v| has_path(v, &rest[end..]))
 }
 
 fn subtree<'a>(value: &'a Value, root: &str) -> &'a Value {
@@ -402,11 +353,7 @@ fn subtree<'a>(value: &'a Value, root: &str) -> &'a Value {
 fn hand_built_objects_with_every_field_round_trip_and_match_upstream_schemas() {
     let up = upstream();
     let objects = hand_built();
-    assert_eq!(
-        objects.len(),
-        up.kinds.len(),
-        "one hand-built object per kind"
-    );
+    assert_eq!(objects.len(), up.kinds.len(), "one hand-built object per kind");
     for (object, kind) in objects.iter().zip(&up.kinds) {
         let source = format!("hand-built {}", kind.kind);
         assert_eq!(object["kind"], kind.kind, "{source}");
@@ -417,14 +364,9 @@ fn hand_built_objects_with_every_field_round_trip_and_match_upstream_schemas() {
             if matches!(how, Fields::Subset) {
                 continue;
             }
-            let missing: Vec<String> = upstream::field_paths(&schema, root)
-                .into_iter()
-                .filter(|p| !has_path(subtree(&back, root), p))
-                .collect();
-            assert!(
-                missing.is_empty(),
-                "{source}: {root} leaves {missing:?} unset"
-            );
+            let missing: Vec<String> =
+                upstream::field_paths(&schema, root).into_iter().filter(|p| !has_path(subtree(&back, root), p)).collect();
+            assert!(missing.is_empty(), "{source}: {root} leaves {missing:?} unset");
         }
     }
 }
@@ -451,43 +393,21 @@ fn field_names_plural_and_scope_are_upstreams() {
     for kind in &up.kinds {
         let crd = up.crds.get(kind.api_version, kind.kind);
         assert_eq!(kind.plural, crd.plural, "{} plural", kind.kind);
-        assert_eq!(
-            kind.namespaced,
-            crd.scope == "Namespaced",
-            "{} scope is {}",
-            kind.kind,
-            crd.scope
-        );
+        assert_eq!(kind.namespaced, crd.scope == "Namespaced", "{} scope is {}", kind.kind, crd.scope);
         let ours = (kind.schema)();
         for (root, how) in kind.fields {
             let theirs = upstream::field_paths(&crd.schema, root);
             let mine = upstream::field_paths(&ours, root);
-            assert!(
-                !mine.is_empty() && !theirs.is_empty(),
-                "{} {root}: no fields found",
-                kind.kind
-            );
+            assert!(!mine.is_empty() && !theirs.is_empty(), "{} {root}: no fields found", kind.kind);
             let extra: Vec<_> = mine
                 .iter()
                 .filter(|p| !upstream::declares(&theirs, p))
-                .filter(|p| {
-                    !KUBERNETES_FIELDS_KNATIVE_PRUNES
-                        .iter()
-                        .any(|k| p.ends_with(k))
-                })
+                .filter(|p| !KUBERNETES_FIELDS_KNATIVE_PRUNES.iter().any(|k| p.ends_with(k)))
                 .collect();
-            assert!(
-                extra.is_empty(),
-                "{} {root}: fields upstream does not have: {extra:?}",
-                kind.kind
-            );
+            assert!(extra.is_empty(), "{} {root}: fields upstream does not have: {extra:?}", kind.kind);
             if matches!(how, Fields::Same) {
                 let missing: Vec<_> = theirs.iter().filter(|p| !mine.contains(p)).collect();
-                assert!(
-                    missing.is_empty(),
-                    "{} {root}: upstream fields Lampyr lacks: {missing:?}",
-                    kind.kind
-                );
+                assert!(missing.is_empty(), "{} {root}: upstream fields Lampyr lacks: {missing:?}", kind.kind);
             }
         }
     }
@@ -540,29 +460,17 @@ fn what_upstreams_go_types_write_round_trips() {
     let mut fuzzed = BTreeMap::<String, usize>::new();
     for (ty, case, value) in upstream::go_written() {
         if case == "zero" {
-            let ours = zeros
-                .get(ty.as_str())
-                .unwrap_or_else(|| panic!("no Lampyr type for Go's {ty}"));
-            let (ours, go) = (
-                upstream::without_empty(ours, true),
-                upstream::without_empty(&value, true),
-            );
+            let ours = zeros.get(ty.as_str()).unwrap_or_else(|| panic!("no Lampyr type for Go's {ty}"));
+            let (ours, go) = (upstream::without_empty(ours, true), upstream::without_empty(&value, true));
             assert_eq!(ours, go, "{ty}: Lampyr's zero value is written unlike Go's");
             zeros_seen.push(ty);
         } else {
-            up.check(
-                &format!("Go-written {ty} ({case})"),
-                &upstream::without_empty(&value, false),
-            );
+            up.check(&format!("Go-written {ty} ({case})"), &upstream::without_empty(&value, false));
             *fuzzed.entry(ty).or_default() += 1;
         }
     }
     zeros_seen.sort();
-    assert_eq!(
-        zeros_seen,
-        zeros.keys().copied().collect::<Vec<_>>(),
-        "zero values checked"
-    );
+    assert_eq!(zeros_seen, zeros.keys().copied().collect::<Vec<_>>(), "zero values checked");
     let kinds: BTreeMap<String, usize> = up.kinds.iter().map(|k| (k.kind.to_owned(), 20)).collect();
     assert_eq!(fuzzed, kinds, "fuzzed objects checked, by kind");
 }
@@ -571,16 +479,8 @@ fn what_upstreams_go_types_write_round_trips() {
 /// as an `Option` (spec fields, to tell unset from set).
 #[test]
 fn set_but_empty_strings_are_left_out_like_go() {
-    let t = TrafficTarget {
-        tag: Some(String::new()),
-        revision_name: Some(String::new()),
-        percent: Some(0),
-        ..Default::default()
-    };
-    assert_eq!(
-        serde_json::to_value(t).expect("serializes"),
-        json!({"percent": 0})
-    );
+    let t = TrafficTarget { tag: Some(String::new()), revision_name: Some(String::new()), percent: Some(0), ..Default::default() };
+    assert_eq!(serde_json::to_value(t).expect("serializes"), json!({"percent": 0}));
 }
 
 #[test]
@@ -592,10 +492,7 @@ fn knative_keys_are_upstreams() {
         serving.join("pkg/apis/autoscaling/register.go"),
         networking.join("pkg/apis/networking/register.go"),
     ]);
-    let literal = regex::Regex::new(
-        r#""((?:serving|autoscaling|networking|networking\.internal)\.knative\.dev/[^"]+)""#,
-    )
-    .expect("regex");
+    let literal = regex::Regex::new(r#""((?:serving|autoscaling|networking|networking\.internal)\.knative\.dev/[^"]+)""#).expect("regex");
     let api_version = regex::Regex::new(r"^[a-z.]+/v[0-9]+((alpha|beta)[0-9]+)?$").expect("regex");
     let ours: Vec<&str> = literal
         .captures_iter(include_str!("../src/keys.rs"))
@@ -603,12 +500,6 @@ fn knative_keys_are_upstreams() {
         .filter(|k| !api_version.is_match(k))
         .collect();
     assert!(ours.len() > 40, "keys.rs literals found: {ours:?}");
-    let unknown: Vec<_> = ours
-        .iter()
-        .filter(|k| !theirs.contains(**k))
-        .collect();
-    assert!(
-        unknown.is_empty(),
-        "keys.rs keys upstream does not define: {unknown:?}"
-    );
+    let unknown: Vec<_> = ours.iter().filter(|k| !theirs.contains(**k)).collect();
+    assert!(unknown.is_empty(), "keys.rs keys upstream does not define: {unknown:?}");
 }

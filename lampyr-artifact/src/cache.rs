@@ -113,10 +113,7 @@ impl Cache {
     pub fn begin(&self, digest: &str, size: u64) -> Result<PendingBlob, CacheError> {
         let dest = self.blob_path(digest)?;
         let tmp_dir = self.tmp_dir()?;
-        let tmp = tempfile::Builder::new()
-            .prefix("blob-")
-            .tempfile_in(&tmp_dir)
-            .map_err(|e| io_error(&tmp_dir, e))?;
+        let tmp = tempfile::Builder::new().prefix("blob-").tempfile_in(&tmp_dir).map_err(|e| io_error(&tmp_dir, e))?;
         Ok(PendingBlob { tmp, digest: digest.to_string(), size, dest, root: self.root.clone() })
     }
 
@@ -204,9 +201,8 @@ impl Cache {
                  "annotations": annotations},
             ],
         });
-        let layout_index = serde_json::from_value(layout_index).map_err(|e| {
-            self.content(ArtifactError::Malformed { what: "layout index.json".into(), reason: e.to_string() })
-        })?;
+        let layout_index = serde_json::from_value(layout_index)
+            .map_err(|e| self.content(ArtifactError::Malformed { what: "layout index.json".into(), reason: e.to_string() }))?;
         Ok((layout_index, blobs))
     }
 
@@ -232,8 +228,7 @@ impl Cache {
     }
 
     fn parse<T: serde::de::DeserializeOwned>(&self, what: &str, bytes: &[u8]) -> Result<T, CacheError> {
-        serde_json::from_slice(bytes)
-            .map_err(|e| self.content(ArtifactError::Malformed { what: what.to_string(), reason: e.to_string() }))
+        serde_json::from_slice(bytes).map_err(|e| self.content(ArtifactError::Malformed { what: what.to_string(), reason: e.to_string() }))
     }
 
     fn content(&self, source: ArtifactError) -> CacheError {

@@ -21,9 +21,7 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 
 /// The 64 lowercase hex characters of a `sha256:` digest, or an error naming it.
 pub fn digest_hex(digest: &str) -> Result<&str, ArtifactError> {
-    let hex = digest
-        .strip_prefix("sha256:")
-        .ok_or_else(|| ArtifactError::BadDigest { digest: digest.to_string() })?;
+    let hex = digest.strip_prefix("sha256:").ok_or_else(|| ArtifactError::BadDigest { digest: digest.to_string() })?;
     if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         Ok(hex)
     } else {
@@ -129,8 +127,7 @@ pub fn read_index(root: &Path) -> Result<ImageIndex, ArtifactError> {
     }
     let path = root.join("index.json");
     let bytes = read_small(&path)?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ArtifactError::Malformed { what: path.display().to_string(), reason: e.to_string() })
+    serde_json::from_slice(&bytes).map_err(|e| ArtifactError::Malformed { what: path.display().to_string(), reason: e.to_string() })
 }
 
 /// Writes `index` as the layout's `index.json` (atomically) and the `oci-layout` marker.
@@ -140,8 +137,8 @@ pub fn write_index(root: &Path, index: &ImageIndex) -> Result<(), ArtifactError>
     if !marker.exists() {
         fs::write(&marker, br#"{"imageLayoutVersion":"1.0.0"}"#).map_err(|e| ArtifactError::io(&marker, e))?;
     }
-    let bytes = serde_json::to_vec_pretty(index)
-        .map_err(|e| ArtifactError::Malformed { what: "index.json".to_string(), reason: e.to_string() })?;
+    let bytes =
+        serde_json::to_vec_pretty(index).map_err(|e| ArtifactError::Malformed { what: "index.json".to_string(), reason: e.to_string() })?;
     let path = root.join("index.json");
     let mut tmp = tempfile::NamedTempFile::new_in(root).map_err(|e| ArtifactError::io(root, e))?;
     tmp.write_all(&bytes).map_err(|e| ArtifactError::io(&path, e))?;
@@ -154,11 +151,7 @@ fn read_small(path: &Path) -> Result<Vec<u8>, ArtifactError> {
     let mut bytes = Vec::new();
     file.take(MAX_JSON_BYTES + 1).read_to_end(&mut bytes).map_err(|e| ArtifactError::io(path, e))?;
     if bytes.len() as u64 > MAX_JSON_BYTES {
-        return Err(ArtifactError::TooLarge {
-            what: path.display().to_string(),
-            size: bytes.len() as u64,
-            max: MAX_JSON_BYTES,
-        });
+        return Err(ArtifactError::TooLarge { what: path.display().to_string(), size: bytes.len() as u64, max: MAX_JSON_BYTES });
     }
     Ok(bytes)
 }

@@ -16,11 +16,7 @@ pub struct Platform {
 impl Platform {
     /// This host, as Hyperlight would record it in a snapshot taken here.
     pub fn host() -> Self {
-        Platform {
-            arch: std::env::consts::ARCH.to_string(),
-            hypervisor: host_hypervisor().to_string(),
-            cpu_vendor: host_cpu_vendor(),
-        }
+        Platform { arch: std::env::consts::ARCH.to_string(), hypervisor: host_hypervisor().to_string(), cpu_vendor: host_cpu_vendor() }
     }
 
     /// The first field that differs from `other`, as `(field, ours, theirs)`.
@@ -55,8 +51,7 @@ fn host_cpu_vendor() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("vendor_id").map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string()))
+            info.lines().find_map(|l| l.strip_prefix("vendor_id").map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string()))
         })
         .unwrap_or_else(|| "unknown".to_string())
 }

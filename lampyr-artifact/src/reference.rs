@@ -148,11 +148,7 @@ mod tests {
         assert_eq!(
             r,
             ArtifactRef::Registry {
-                repository: Repository {
-                    registry: "127.0.0.1:5000".into(),
-                    path: "lampyr/hello".into(),
-                    plain_http: false
-                },
+                repository: Repository { registry: "127.0.0.1:5000".into(), path: "lampyr/hello".into(), plain_http: false },
                 digest: D.into()
             }
         );

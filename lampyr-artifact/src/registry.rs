@@ -20,15 +20,15 @@ use oci_client::secrets::RegistryAuth;
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
 
 use crate::MAX_ELF_BYTES;
+use crate::cache::{Cache, CacheError};
 use crate::layout::{self, MAX_JSON_BYTES, digest_hex, sha256_digest};
 use crate::reference::Repository;
+use crate::seal::{ARTIFACT_ANNOTATION, MAX_SEALED_BYTES, MT_SEALED_LAYER, MT_TEMPLATE, SealedTemplate};
 use crate::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
 use crate::{
-    ArtifactError, ArtifactRef, MT_ARTIFACT, MT_EMPTY, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY,
-    MT_HYPERLIGHT_TRANSPORT, VerifiedArtifact, verify_layout,
+    ArtifactError, ArtifactRef, MT_ARTIFACT, MT_EMPTY, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY, MT_HYPERLIGHT_TRANSPORT,
+    VerifiedArtifact, verify_layout,
 };
-use crate::cache::{Cache, CacheError};
-use crate::seal::{ARTIFACT_ANNOTATION, MAX_SEALED_BYTES, MT_SEALED_LAYER, MT_TEMPLATE, SealedTemplate};
 
 const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -281,12 +281,7 @@ impl RegistryClient {
     }
 
     /// [`RegistryClient::pull`], returning the verified artifact.
-    pub async fn pull_verified(
-        &self,
-        repo: &Repository,
-        digest: &str,
-        cache: &Cache,
-    ) -> Result<VerifiedArtifact, RegistryError> {
+    pub async fn pull_verified(&self, repo: &Repository, digest: &str, cache: &Cache) -> Result<VerifiedArtifact, RegistryError> {
         self.check_scheme(repo)?;
         digest_hex(digest).map_err(input_error)?;
         let index_op = Op { repo, verb: "pulling", what: "artifact index", digest };
@@ -309,12 +304,7 @@ impl RegistryClient {
     /// (`artifactType` [`MT_TEMPLATE`], one [`MT_SEALED_LAYER`] layer, annotated
     /// with the artifact it seals), by digest and under `tag` if given.
     /// Returns the reference pinned by the manifest's digest.
-    pub async fn push_template(
-        &self,
-        sealed: &SealedTemplate,
-        repo: &Repository,
-        tag: Option<&str>,
-    ) -> Result<ArtifactRef, RegistryError> {
+    pub async fn push_template(&self, sealed: &SealedTemplate, repo: &Repository, tag: Option<&str>) -> Result<ArtifactRef, RegistryError> {
         self.check_scheme(repo)?;
         if let Some(tag) = tag {
             check_tag(tag)?;
@@ -333,9 +323,7 @@ impl RegistryClient {
         })?;
         let digest = sha256_digest(&bytes);
         self.upload(repo, "template config", &sha256_digest(EMPTY_JSON), EMPTY_JSON.to_vec()).await?;
-        let layer = tokio::fs::read(&sealed.path).await.map_err(|e| {
-            input_error(ArtifactError::io(&sealed.path, e))
-        })?;
+        let layer = tokio::fs::read(&sealed.path).await.map_err(|e| input_error(ArtifactError::io(&sealed.path, e)))?;
         if sha256_digest(&layer) != sealed.digest {
             return Err(input_error(ArtifactError::DigestMismatch {
                 what: format!("sealed template {}", sealed.path.display()),
@@ -388,22 +376,13 @@ impl RegistryClient {
 
     fn check_scheme(&self, repo: &Repository) -> Result<(), RegistryError> {
         if repo.plain_http && !self.plain_http.contains(&repo.registry) {
-            return Err(RegistryError::PlainHttpNotAllowed {
-                registry: repo.registry.clone(),
-                allowed: self.plain_http.clone(),
-            });
+            return Err(RegistryError::PlainHttpNotAllowed { registry: repo.registry.clone(), allowed: self.plain_http.clone() });
         }
         Ok(())
     }
 
     /// Pushes `blob` of artifact `artifact` from `layout` unless the repository already has it.
-    async fn push_blob(
-        &self,
-        repo: &Repository,
-        layout: &Path,
-        artifact: &str,
-        blob: &Descriptor,
-    ) -> Result<(), RegistryError> {
+    async fn push_blob(&self, repo: &Repository, layout: &Path, artifact: &str, blob: &Descriptor) -> Result<(), RegistryError> {
         let digest: &str = blob.digest().as_ref();
         let what = blob_kind(blob.media_type().as_ref()).map_or("blob", |(what, _)| what);
         if self.has_blob(repo, what, digest).await? {
@@ -481,22 +460,13 @@ impl RegistryClient {
     }
 
     /// Returns JSON document `op.digest` from the cache, or fetches, checks and caches it.
-    async fn fetch_json(
-        &self,
-        op: &Op<'_>,
-        size: Option<u64>,
-        media_type: &str,
-        cache: &Cache,
-    ) -> Result<Vec<u8>, RegistryError> {
+    async fn fetch_json(&self, op: &Op<'_>, size: Option<u64>, media_type: &str, cache: &Cache) -> Result<Vec<u8>, RegistryError> {
         let bytes = if cache.blob_path(op.digest)?.is_file() {
             cache.read_json(op.digest, op.what)?
         } else {
             let reference = reference(op.repo, op.digest);
-            let (bytes, _) = self
-                .client
-                .pull_manifest_raw(&reference, &RegistryAuth::Anonymous, &[media_type])
-                .await
-                .map_err(|e| op.fail(e))?;
+            let (bytes, _) =
+                self.client.pull_manifest_raw(&reference, &RegistryAuth::Anonymous, &[media_type]).await.map_err(|e| op.fail(e))?;
             op.check_received(&bytes, MAX_JSON_BYTES)?;
             cache.insert(op.digest, &bytes)?;
             bytes.to_vec()
@@ -525,9 +495,7 @@ impl RegistryClient {
             return Err(op.size_mismatch(blob.size, out.written));
         }
         drop(out);
-        tokio::task::spawn_blocking(move || pending.commit())
-            .await
-            .map_err(|e| cache_io(cache, io::Error::other(e)))??;
+        tokio::task::spawn_blocking(move || pending.commit()).await.map_err(|e| cache_io(cache, io::Error::other(e)))??;
         Ok(())
     }
 }
@@ -546,11 +514,9 @@ impl Op<'_> {
             OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
                 RegistryError::DigestMismatch { what: self.what.to_string(), repository, expected, actual }
             }
-            ref e if is_not_found(e) => RegistryError::NotFound {
-                what: self.what.to_string(),
-                digest: self.digest.to_string(),
-                repository,
-            },
+            ref e if is_not_found(e) => {
+                RegistryError::NotFound { what: self.what.to_string(), digest: self.digest.to_string(), repository }
+            }
             e => RegistryError::Registry { repository, action, source: Box::new(e) },
         }
     }
@@ -690,9 +656,7 @@ fn is_not_found(e: &OciDistributionError) -> bool {
 /// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}` (the OCI distribution tag grammar).
 fn check_tag(tag: &str) -> Result<(), RegistryError> {
     let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let valid = tag.len() <= 128
-        && tag.chars().next().is_some_and(word)
-        && tag.chars().all(|c| word(c) || c == '.' || c == '-');
+    let valid = tag.len() <= 128 && tag.chars().next().is_some_and(word) && tag.chars().all(|c| word(c) || c == '.' || c == '-');
     if valid { Ok(()) } else { Err(RegistryError::BadTag { tag: tag.to_string() }) }
 }
 

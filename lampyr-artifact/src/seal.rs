@@ -18,10 +18,10 @@ use age::secrecy::ExposeSecret;
 use oci_spec::image::{ImageIndex, ImageManifest};
 
 use crate::MAX_ELF_BYTES;
+use crate::cache::{Cache, CacheError};
 use crate::layout::{MAX_JSON_BYTES, blob_path, digest_hex, hash_reader};
 use crate::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
 use crate::{ArtifactError, VerifiedArtifact, verify_layout};
-use crate::cache::{Cache, CacheError};
 
 /// `artifactType` of a sealed template's OCI manifest.
 pub const MT_TEMPLATE: &str = "application/vnd.lampyr.fiber.template.v1";
@@ -167,8 +167,8 @@ pub fn seal_artifact(layout: &Path, digest: &str, recipient: &FleetPublicKey, ou
     let blobs = artifact_blobs(layout, digest).map_err(artifact)?;
     let io_err = |source| SealError::Io { path: out.to_path_buf(), source };
     let file = fs::File::create(out).map_err(io_err)?;
-    let encryptor = age::Encryptor::with_recipients(iter::once(&recipient.0 as &dyn age::Recipient))
-        .map_err(|e| SealError::Seal(e.to_string()))?;
+    let encryptor =
+        age::Encryptor::with_recipients(iter::once(&recipient.0 as &dyn age::Recipient)).map_err(|e| SealError::Seal(e.to_string()))?;
     let mut writer = encryptor.wrap_output(BufWriter::new(file)).map_err(io_err)?;
     writeln!(writer, "{BUNDLE_MAGIC} {digest}").map_err(io_err)?;
     for blob in &blobs {
@@ -195,9 +195,7 @@ pub fn seal_artifact(layout: &Path, digest: &str, recipient: &FleetPublicKey, ou
 pub fn open_artifact(sealed: &Path, key: &FleetKey, digest: &str, cache: &Cache) -> Result<VerifiedArtifact, SealError> {
     let file = fs::File::open(sealed).map_err(|source| SealError::Io { path: sealed.to_path_buf(), source })?;
     let decryptor = age::Decryptor::new_buffered(BufReader::new(file)).map_err(|e| SealError::Open(e.to_string()))?;
-    let stream = decryptor
-        .decrypt(iter::once(&key.0 as &dyn age::Identity))
-        .map_err(|e| SealError::Open(e.to_string()))?;
+    let stream = decryptor.decrypt(iter::once(&key.0 as &dyn age::Identity)).map_err(|e| SealError::Open(e.to_string()))?;
     let mut reader = BufReader::new(stream);
     let header = read_line(&mut reader)?.ok_or_else(|| SealError::Malformed("it is empty".into()))?;
     let found = header
@@ -217,8 +215,7 @@ pub fn open_artifact(sealed: &Path, key: &FleetKey, digest: &str, cache: &Cache)
         store_blob(&mut reader, blob, size, cache)?;
     }
     let layout = cache.materialise(digest)?;
-    verify_layout(&layout, Some(digest))
-        .map_err(|source| SealError::Artifact { digest: digest.to_string(), source: Box::new(source) })
+    verify_layout(&layout, Some(digest)).map_err(|source| SealError::Artifact { digest: digest.to_string(), source: Box::new(source) })
 }
 
 /// Every blob digest of artifact `digest` in `layout`: index, manifests, configs, layers.
@@ -290,11 +287,7 @@ fn store_blob(reader: &mut impl Read, digest: &str, size: u64, cache: &Cache) ->
 }
 
 fn check_complete(digest: &str, size: u64, read: u64) -> Result<(), SealError> {
-    if read == size {
-        Ok(())
-    } else {
-        Err(SealError::Malformed(format!("blob {digest} ends after {read} of its {size} bytes")))
-    }
+    if read == size { Ok(()) } else { Err(SealError::Malformed(format!("blob {digest} ends after {read} of its {size} bytes"))) }
 }
 
 #[cfg(test)]

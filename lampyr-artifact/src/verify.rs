@@ -9,10 +9,8 @@ use serde::Deserialize;
 use super::layout::{MAX_JSON_BYTES, blob_path, read_blob, read_index, verify_blob_file};
 use super::platform::Platform;
 use super::{
-    MAX_ELF_BYTES,
-    ARTIFACT_TAG, ArtifactError, FiberMetadata, HYPERLIGHT_SNAPSHOT_ABI, HYPERLIGHT_VERSION, METADATA_NAMESPACE,
-    MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY,
-    MT_HYPERLIGHT_TRANSPORT,
+    ARTIFACT_TAG, ArtifactError, FiberMetadata, HYPERLIGHT_SNAPSHOT_ABI, HYPERLIGHT_VERSION, MAX_ELF_BYTES, METADATA_NAMESPACE,
+    MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY, MT_HYPERLIGHT_TRANSPORT,
 };
 
 /// Largest snapshot memory layer accepted.
@@ -123,12 +121,7 @@ pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifac
         metadata,
         platform,
         fit,
-        sizes: BlobSizes {
-            memory: memory.size(),
-            transport: transport.size(),
-            config: snap.config().size(),
-            elf: elf.size(),
-        },
+        sizes: BlobSizes { memory: memory.size(), transport: transport.size(), config: snap.config().size(), elf: elf.size() },
     })
 }
 
@@ -147,8 +140,7 @@ fn select_artifact<'a>(index: &'a ImageIndex, layout: &Path, pin: Option<&str>) 
     let found = match pin {
         Some(pin) => index.manifests().iter().find(|d| d.digest().to_string() == pin),
         None => index.manifests().iter().find(|d| {
-            d.annotations().as_ref().and_then(|a| a.get("org.opencontainers.image.ref.name")).map(String::as_str)
-                == Some(ARTIFACT_TAG)
+            d.annotations().as_ref().and_then(|a| a.get("org.opencontainers.image.ref.name")).map(String::as_str) == Some(ARTIFACT_TAG)
         }),
     };
     let reference = pin.map_or_else(|| format!("tagged {ARTIFACT_TAG:?}"), str::to_string);
@@ -172,7 +164,11 @@ fn expect_layers(manifest: &ImageManifest, what: &str, media_types: &[&str]) -> 
 
 fn lampyr_metadata(config: &HyperlightConfig) -> Result<FiberMetadata, ArtifactError> {
     let value = config.metadata.get(METADATA_NAMESPACE).ok_or_else(|| {
-        unexpected(&format!("snapshot config metadata.{METADATA_NAMESPACE}"), "Lampyr metadata", "nothing (not built by `ly snapshot build`)")
+        unexpected(
+            &format!("snapshot config metadata.{METADATA_NAMESPACE}"),
+            "Lampyr metadata",
+            "nothing (not built by `ly snapshot build`)",
+        )
     })?;
     let metadata: FiberMetadata = serde_json::from_value(value.clone())
         .map_err(|e| ArtifactError::Malformed { what: format!("metadata.{METADATA_NAMESPACE}"), reason: e.to_string() })?;

@@ -212,8 +212,7 @@ pub fn choose(
 /// target it is on, if any).
 fn choose_from_entries(entries: &[Repository], local: &[LocalMirror<'_>]) -> Result<TemplateRepository, TemplateRepositoryError> {
     let zygote_registries: Vec<String> = entries.iter().map(ToString::to_string).collect();
-    let admitted: Vec<&LocalMirror<'_>> =
-        local.iter().filter(|m| entries.iter().any(|e| admits(e, &m.target(TEMPLATES_PATH)))).collect();
+    let admitted: Vec<&LocalMirror<'_>> = local.iter().filter(|m| entries.iter().any(|e| admits(e, &m.target(TEMPLATES_PATH)))).collect();
     match admitted.as_slice() {
         [] => {}
         [only] => {
@@ -254,11 +253,7 @@ mod tests {
     }
 
     fn chosen(pull: &str, push: &str, zygote: &[&str]) -> Result<TemplateRepository, TemplateRepositoryError> {
-        Ok(TemplateRepository {
-            pull: pull.into(),
-            push: push.into(),
-            zygote_registries: zygote.iter().map(|s| s.to_string()).collect(),
-        })
+        Ok(TemplateRepository { pull: pull.into(), push: push.into(), zygote_registries: zygote.iter().map(|s| s.to_string()).collect() })
     }
 
     const KIND: (&str, &str, bool) = ("localhost:5002", "kind-registry:5000", true);
@@ -274,7 +269,11 @@ mod tests {
                 "zygoteRegistries admits the local mirror's target: lampyr/fiberd-templates there, pushed through its key",
                 given(&["http://kind-registry:5000/lampyr"]),
                 mirrors(&[KIND]),
-                chosen("http://kind-registry:5000/lampyr/fiberd-templates", "http://localhost:5002/lampyr/fiberd-templates", &["http://kind-registry:5000/lampyr"]),
+                chosen(
+                    "http://kind-registry:5000/lampyr/fiberd-templates",
+                    "http://localhost:5002/lampyr/fiberd-templates",
+                    &["http://kind-registry:5000/lampyr"],
+                ),
             ),
             (
                 "an admitting entry that is not first still picks the mirror",
@@ -296,7 +295,11 @@ mod tests {
                 "the first entry on a mirror's target at another path is pushed through the mirror's key",
                 given(&["http://kind-registry:5000/team/zygotes"]),
                 mirrors(&[KIND]),
-                chosen("http://kind-registry:5000/team/zygotes", "http://localhost:5002/team/zygotes", &["http://kind-registry:5000/team/zygotes"]),
+                chosen(
+                    "http://kind-registry:5000/team/zygotes",
+                    "http://localhost:5002/team/zygotes",
+                    &["http://kind-registry:5000/team/zygotes"],
+                ),
             ),
             (
                 "https:// is the default and stripped from every entry",
@@ -314,13 +317,21 @@ mod tests {
                 "no zygoteRegistries, one local (loopback) mirror: its default repository, recorded as the cluster reaches it",
                 None,
                 mirrors(&[KIND]),
-                chosen("http://kind-registry:5000/lampyr/fiberd-templates", "http://localhost:5002/lampyr/fiberd-templates", &["http://kind-registry:5000/lampyr/fiberd-templates"]),
+                chosen(
+                    "http://kind-registry:5000/lampyr/fiberd-templates",
+                    "http://localhost:5002/lampyr/fiberd-templates",
+                    &["http://kind-registry:5000/lampyr/fiberd-templates"],
+                ),
             ),
             (
                 "a plain-HTTP mirror with a private key is local",
                 None,
                 mirrors(&[("registry.internal:5000", "registry.internal:5000", true), ("docker.io", "mirror.example.com", false)]),
-                chosen("http://registry.internal:5000/lampyr/fiberd-templates", "http://registry.internal:5000/lampyr/fiberd-templates", &["http://registry.internal:5000/lampyr/fiberd-templates"]),
+                chosen(
+                    "http://registry.internal:5000/lampyr/fiberd-templates",
+                    "http://registry.internal:5000/lampyr/fiberd-templates",
+                    &["http://registry.internal:5000/lampyr/fiberd-templates"],
+                ),
             ),
             (
                 "a plain-HTTP mirror of a public registry is not local",
@@ -328,7 +339,12 @@ mod tests {
                 mirrors(&[("docker.io", "mirror.internal:5000", true)]),
                 Err(E::NoTemplateRegistry { found: 0 }),
             ),
-            ("no zygoteRegistries and no mirror (AKS, an existing cluster) is refused", None, BTreeMap::new(), Err(E::NoTemplateRegistry { found: 0 })),
+            (
+                "no zygoteRegistries and no mirror (AKS, an existing cluster) is refused",
+                None,
+                BTreeMap::new(),
+                Err(E::NoTemplateRegistry { found: 0 }),
+            ),
             (
                 "no zygoteRegistries and two local mirrors is refused",
                 None,

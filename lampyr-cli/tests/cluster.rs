@@ -90,8 +90,6 @@ impl Env {
     }
 }
 
-
-
 fn refused(env: &Env, args: &[&str], message: &str) {
     let out = env.ly(args);
     assert!(!out.status.success(), "{args:?} must be refused:\n{}", stderr(&out));
@@ -111,9 +109,17 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
 
     // Every refusal says what is wrong before anything is changed.
     let unpinned = env.settings("unpinned.yaml", &[("grantImage", "registry.example.com/lampyr/fiberd:preview")]);
-    refused(&env, &["install", approve, "--provider-config", path(&unpinned)], "grantImage \"registry.example.com/lampyr/fiberd:preview\" is not pinned");
+    refused(
+        &env,
+        &["install", approve, "--provider-config", path(&unpinned)],
+        "grantImage \"registry.example.com/lampyr/fiberd:preview\" is not pinned",
+    );
     let bad_zygote = env.settings("zygote.yaml", &[("zygoteRegistries", "[Registry/Templates]")]);
-    refused(&env, &["install", approve, "--provider-config", path(&bad_zygote)], "zygoteRegistries entry \"Registry/Templates\" is not a repository");
+    refused(
+        &env,
+        &["install", approve, "--provider-config", path(&bad_zygote)],
+        "zygoteRegistries entry \"Registry/Templates\" is not a repository",
+    );
     let no_zygote = env.settings("no-zygote.yaml", &[("zygoteRegistries", "[]")]);
     refused(&env, &["install", approve, "--provider-config", path(&no_zygote)], "set zygoteRegistries");
     let missing = env.settings("missing.yaml", &[("controllerManifest", "nowhere/controller.yaml")]);
@@ -124,11 +130,19 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     refused(&env, &["uninstall", approve, "--delete-cluster"], "no recorded provider");
     refused(&env, &["install", approve, "--provider", "azure", "--provider-config", path(&good)], "providers are not supported");
     let mirrors = "{\"localhost:5001\": {registry: \"reg-a:5000\", plainHttp: true}, \"localhost:5002\": {registry: \"reg-b:5000\", plainHttp: true}}";
-    let several = env.settings("several.yaml", &[("registryMirrors", mirrors), ("zygoteRegistries", "[http://reg-a:5000/lampyr, http://reg-b:5000/lampyr]")]);
+    let several = env.settings(
+        "several.yaml",
+        &[("registryMirrors", mirrors), ("zygoteRegistries", "[http://reg-a:5000/lampyr, http://reg-b:5000/lampyr]")],
+    );
     refused(&env, &["install", approve, "--provider-config", path(&several)], "admits several local registry mirrors");
     let no_mirror = env.settings("no-mirror.yaml", &[("registryMirrors", mirrors)]);
-    std::fs::write(&no_mirror, std::fs::read_to_string(&no_mirror).expect("read").replace("zygoteRegistries: [registry.example.com/lampyr/fiberd-templates]\n", ""))
-        .expect("write");
+    std::fs::write(
+        &no_mirror,
+        std::fs::read_to_string(&no_mirror)
+            .expect("read")
+            .replace("zygoteRegistries: [registry.example.com/lampyr/fiberd-templates]\n", ""),
+    )
+    .expect("write");
     refused(&env, &["install", approve, "--provider-config", path(&no_mirror)], "2 local registry mirrors");
 
     // Before install, health fails and says what to do.
@@ -140,20 +154,36 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     let installed = env.ly(&["install", approve, "--provider-config", path(&good)]);
     assert!(installed.status.success(), "install failed:\n{}", stderr(&installed));
     let log = stderr(&installed);
-    for expected in ["==> applying Lampyr CRDs", "==> applying fiberd-k8s-controller", "+ GrantPolicy lampyr", "cert-manager is not installed"] {
+    for expected in
+        ["==> applying Lampyr CRDs", "==> applying fiberd-k8s-controller", "+ GrantPolicy lampyr", "cert-manager is not installed"]
+    {
         assert!(log.contains(expected), "{expected:?} missing from:\n{log}");
     }
     let policy = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
     assert_eq!(text(&policy), r#"["registry.example.com/lampyr/fiberd","registry.example.com/lampyr/fiberd-helper"]"#);
     let zygote = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.zygoteRegistries}"]);
     assert_eq!(text(&zygote), format!(r#"["{templates}"]"#), "grant Pods pull templates only from there");
-    let controller = env.kubectl(&["get", "deployment/lampyr-controller", "-n", "lampyr-system", "-o", "jsonpath={.spec.template.spec.containers[0].args}"]);
+    let controller = env.kubectl(&[
+        "get",
+        "deployment/lampyr-controller",
+        "-n",
+        "lampyr-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].args}",
+    ]);
     assert!(text(&controller).contains(&format!("--plain-http-registry={}", registry.host())), "{}", text(&controller));
     let network = env.kubectl(&["get", "configmap/config-network", "-n", "knative-serving", "-o", "jsonpath={.data.ingress-class}"]);
     assert_eq!(text(&network), "fiber.ingress.networking.knative.dev");
     let domain = env.kubectl(&["get", "configmap/config-domain", "-n", "knative-serving", "-o", "json"]);
     assert!(text(&domain).contains("\"apps.example.org\": \"\""), "{}", text(&domain));
-    let args = env.kubectl(&["get", "deployment/lampyr-controller", "-n", "lampyr-system", "-o", "jsonpath={.spec.template.spec.containers[0].args}"]);
+    let args = env.kubectl(&[
+        "get",
+        "deployment/lampyr-controller",
+        "-n",
+        "lampyr-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].args}",
+    ]);
     assert!(text(&args).contains(&format!("--grant-image=registry.example.com/lampyr/fiberd@{DIGEST}")), "{}", text(&args));
     let node_port = env.kubectl(&["get", "service/fiber-router", "-n", "lampyr-system", "-o", "jsonpath={.spec.ports[0].nodePort}"]);
     assert_eq!(text(&node_port), "30080");
@@ -181,7 +211,8 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
 
     // A fleet key made by a deploy is checked, and removed by uninstall.
     let key = lampyr_artifact::seal::FleetKey::generate().to_secret_string();
-    let made = env.kubectl(&["create", "secret", "generic", "lampyr-fiberd-seal-key", "-n", "default", &format!("--from-literal=key={key}")]);
+    let made =
+        env.kubectl(&["create", "secret", "generic", "lampyr-fiberd-seal-key", "-n", "default", &format!("--from-literal=key={key}")]);
     assert!(made.status.success(), "{}", stderr(&made));
     let health = env.ly(&["health"]);
     assert_eq!(health_table(&health).get("fleet-key"), Some(&true), "{}", text(&health));

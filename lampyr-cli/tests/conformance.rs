@@ -46,10 +46,31 @@ const NETWORKING_IMAGES: [&str; 6] = ["runtime", "httpproxy", "timeout", "wsserv
 const KINGRESS_SKIPPED: [&str; 1] = ["dispatch/rule"];
 /// The KIngress suite's sub-tests (its `run.go`: 22 stable, 2 beta, 1 alpha), which its totals count.
 const KINGRESS_SUBTESTS: [&str; 25] = [
-    "basics", "basics/http2", "grpc", "grpc/split", "headers/pre-split", "headers/post-split", "headers/probe",
-    "hosts/multiple", "dispatch/path", "dispatch/percentage", "dispatch/path_and_percentage", "dispatch/rule", "retry",
-    "timeout", "tls", "update", "visibility", "visibility/split", "visibility/path", "ingressclass", "websocket",
-    "websocket/split", "host-rewrite", "headers/tags", "httpoption",
+    "basics",
+    "basics/http2",
+    "grpc",
+    "grpc/split",
+    "headers/pre-split",
+    "headers/post-split",
+    "headers/probe",
+    "hosts/multiple",
+    "dispatch/path",
+    "dispatch/percentage",
+    "dispatch/path_and_percentage",
+    "dispatch/rule",
+    "retry",
+    "timeout",
+    "tls",
+    "update",
+    "visibility",
+    "visibility/split",
+    "visibility/path",
+    "ingressclass",
+    "websocket",
+    "websocket/split",
+    "host-rewrite",
+    "headers/tags",
+    "httpoption",
 ];
 /// Where the KIngress suite's images are named (imported into the node, never pulled).
 const NETWORKING_REPO: &str = "lampyr.local/knative-networking-test";
@@ -208,7 +229,8 @@ async fn knatives_conformance_suites_give_the_documented_results() {
     let mut problems = Vec::new();
     for (suite, output) in SUITES.iter().zip(&outputs) {
         let units = suite.ingress.then(|| KINGRESS_SUBTESTS.iter().map(|t| format!("TestIngressConformance/{t}")).collect());
-        let results = SuiteResults { name: suite.name.into(), title: suite.title.into(), results: conformance::parse_verbose(output), units };
+        let results =
+            SuiteResults { name: suite.name.into(), title: suite.title.into(), results: conformance::parse_verbose(output), units };
         assert!(!results.results.is_empty(), "{} reported no test; its log:\n{output}", suite.binary);
         problems.extend(conformance::disagreements(&results, &reasons));
         generated.push_str(&conformance::render(&results, &reasons));
@@ -222,7 +244,12 @@ async fn knatives_conformance_suites_give_the_documented_results() {
         std::fs::write(&doc_path, &current).expect("write docs/conformance.md");
         eprintln!("wrote {}", doc_path.display());
     }
-    assert!(problems.is_empty(), "results and docs/conformance-reasons.yaml disagree (logs in {}):\n{}", logs.display(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "results and docs/conformance-reasons.yaml disagree (logs in {}):\n{}",
+        logs.display(),
+        problems.join("\n")
+    );
     assert!(
         write || current == doc,
         "docs/conformance.md is not current (scripts/conformance --write rewrites it; logs in {}):\n{generated}",

@@ -79,7 +79,10 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     refused(&ly, &[path(&hello)], "run `ly cluster install` first");
     let log = install();
     ly.healthy_but_cert_manager(stack).await;
-    assert!(log.contains(&format!("templates: pushed to http://localhost:{}/lampyr/fiberd-templates", stack.registry.addr().port())), "{log}");
+    assert!(
+        log.contains(&format!("templates: pushed to http://localhost:{}/lampyr/fiberd-templates", stack.registry.addr().port())),
+        "{log}"
+    );
 
     // Refusals after the install still change nothing.
     refused(&ly, &[path(&hello), "--namespace", "other"], "is in namespace default, but --namespace says other");
@@ -89,8 +92,11 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     std::fs::write(&mixed, format!("{service}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n")).expect("write");
     refused(&ly, &[path(&mixed)], "deploys Knative Services only, and this manifest also holds ConfigMap extra (document 2)");
     let volumes = dir.path().join("volumes.yaml");
-    std::fs::write(&volumes, service.replace("      containerConcurrency: 1\n", "      containerConcurrency: 1\n      volumes: [{name: v, emptyDir: {}}]\n"))
-        .expect("write");
+    std::fs::write(
+        &volumes,
+        service.replace("      containerConcurrency: 1\n", "      containerConcurrency: 1\n      volumes: [{name: v, emptyDir: {}}]\n"),
+    )
+    .expect("write");
     refused(&ly, &[path(&volumes)], "Service hello: ");
 
     // Deploy: build, push, create the fleet key, seal, push the template, apply, wait, print the URL.
@@ -138,7 +144,12 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     let zeros = format!("sha256:{}", "0".repeat(64));
     for (name, reference, extra, message) in [
         ("wrong-digest", format!("{registry}/lampyr/snapshots@{zeros}"), None, "is not in"),
-        ("unreachable", format!("{}@{}", layout.layout.display(), layout.digest), Some("http://127.0.0.1:1/lampyr/snapshots"), "127.0.0.1:1"),
+        (
+            "unreachable",
+            format!("{}@{}", layout.layout.display(), layout.digest),
+            Some("http://127.0.0.1:1/lampyr/snapshots"),
+            "127.0.0.1:1",
+        ),
     ] {
         let file = named(name, &reference);
         let mut args = vec![path(&file)];
@@ -201,7 +212,8 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
         assert!(!ly.exists(&format!("services.serving.knative.dev/{name}"), Some("default")), "{name} is deleted");
     }
     assert_eq!(fleet_key(&ly), None, "the fleet key is deleted");
-    let copies = ly.kubectl(&["get", "secrets", "--all-namespaces", "--field-selector", "metadata.name=lampyr-fiberd-seal-key", "-o", "name"]);
+    let copies =
+        ly.kubectl(&["get", "secrets", "--all-namespaces", "--field-selector", "metadata.name=lampyr-fiberd-seal-key", "-o", "name"]);
     assert_eq!(text(&copies), "", "every copy of the fleet key is deleted");
     assert!(!ly.exists("services.serving.knative.dev/hello", Some(&apps)));
     assert!(!ly.exists("configmap/lampyr-installation", Some("lampyr-system")), "the installation record is deleted");

@@ -22,7 +22,10 @@ fn deploy(manifest: &str) -> (bool, String) {
 fn bad_manifests_are_refused_before_any_cluster_is_reached() {
     let cases = [
         ("apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: a\n", "service.yaml"),
-        ("apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: a, namespace: other}\nspec: {template: {spec: {containers: [{image: x}]}}}\n", "is in namespace other, but --namespace says apps"),
+        (
+            "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: a, namespace: other}\nspec: {template: {spec: {containers: [{image: x}]}}}\n",
+            "is in namespace other, but --namespace says apps",
+        ),
         ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "no serving.knative.dev/v1 Service in it"),
     ];
     for (manifest, message) in cases {

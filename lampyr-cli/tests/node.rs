@@ -61,7 +61,11 @@ fn assert_real_containers(ly: &Ly<'_>, images: &RuntimeImages, namespaces: &[&st
                 let built = images
                     .images
                     .iter()
-                    .find(|i| lampyr_api::fiber::repository_of(image) == i.repository() || image == i.config_digest || image_id.ends_with(&i.digest))
+                    .find(|i| {
+                        lampyr_api::fiber::repository_of(image) == i.repository()
+                            || image == i.config_digest
+                            || image_id.ends_with(&i.digest)
+                    })
                     .unwrap_or_else(|| panic!("{namespace}/{name} runs {image} ({image_id}), not a built image"));
                 assert!(
                     image_id.ends_with(&built.config_digest) || image_id.ends_with(&built.digest),
@@ -141,7 +145,14 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     let dir = tempfile::tempdir().expect("tempdir");
     let service = std::fs::read_to_string(hello.join("service.yaml")).expect("read service.yaml");
     assert!(service.contains("value: Lampyr"), "examples/hello/service.yaml sets TARGET=Lampyr");
-    let live = ly.kubectl(&["get", "services.serving.knative.dev/hello", "-n", "default", "-o", "jsonpath={.spec.template.metadata.annotations.lampyr\\.dev/snapshot-artifact}"]);
+    let live = ly.kubectl(&[
+        "get",
+        "services.serving.knative.dev/hello",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.template.metadata.annotations.lampyr\\.dev/snapshot-artifact}",
+    ]);
     let artifact = text(&live);
     assert!(artifact.starts_with(&format!("{registry}/lampyr/snapshots@sha256:")), "the first deploy pinned the artifact: {artifact}");
     let second = dir.path().join("service.yaml");
@@ -173,7 +184,15 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
             revisions
                 .iter()
                 .all(|r| {
-                    let out = ly.kubectl(&["get", "revisions.serving.knative.dev", r, "-n", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Active\")].status}"]);
+                    let out = ly.kubectl(&[
+                        "get",
+                        "revisions.serving.knative.dev",
+                        r,
+                        "-n",
+                        "default",
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Active\")].status}",
+                    ]);
                     text(&out) == "False"
                 })
                 .then_some(())
@@ -194,7 +213,14 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Node!\n");
     serving
         .poll("the Service Ready again", Duration::from_secs(1), async || {
-            let out = ly.kubectl(&["get", "services.serving.knative.dev/hello", "-n", "default", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+            let out = ly.kubectl(&[
+                "get",
+                "services.serving.knative.dev/hello",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ]);
             (text(&out) == "True").then_some(())
         })
         .await;
@@ -212,10 +238,27 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
             left.is_empty().then_some(())
         })
         .await;
-    let labelled = ly.kubectl(&["get", "all,configmaps,secrets,serviceaccounts,roles,rolebindings", "--all-namespaces", "-l", "app.kubernetes.io/part-of=lampyr", "-o", "name"]);
+    let labelled = ly.kubectl(&[
+        "get",
+        "all,configmaps,secrets,serviceaccounts,roles,rolebindings",
+        "--all-namespaces",
+        "-l",
+        "app.kubernetes.io/part-of=lampyr",
+        "-o",
+        "name",
+    ]);
     assert_eq!(text(&labelled), "", "objects labelled part-of=lampyr remain");
-    let cluster_scoped = ly.kubectl(&["get", "clusterroles,clusterrolebindings,crds,grantpolicies.fiber.lampyr.dev,namespaces", "-l", "app.kubernetes.io/part-of=lampyr", "-o", "name", "--ignore-not-found"]);
+    let cluster_scoped = ly.kubectl(&[
+        "get",
+        "clusterroles,clusterrolebindings,crds,grantpolicies.fiber.lampyr.dev,namespaces",
+        "-l",
+        "app.kubernetes.io/part-of=lampyr",
+        "-o",
+        "name",
+        "--ignore-not-found",
+    ]);
     assert_eq!(text(&cluster_scoped), "", "cluster objects of Lampyr remain");
-    let pull_secrets = ly.kubectl(&["get", "secrets", "--all-namespaces", "--field-selector", "type=kubernetes.io/dockerconfigjson", "-o", "name"]);
+    let pull_secrets =
+        ly.kubectl(&["get", "secrets", "--all-namespaces", "--field-selector", "type=kubernetes.io/dockerconfigjson", "-o", "name"]);
     assert_eq!(text(&pull_secrets), "", "image-pull Secrets remain");
 }

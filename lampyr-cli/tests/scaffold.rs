@@ -66,10 +66,8 @@ fn scaffolding_writes_every_file_and_every_document_is_a_kubernetes_object() {
     assert_eq!(listed, FILES.map(|f| dir.join(f)), "prints every path written");
     assert!(stderr(&out).contains("==> writing k8s/knative-serving-core.yaml"), "shows progress: {}", stderr(&out));
 
-    let mut entries: Vec<String> = std::fs::read_dir(dir.join("k8s"))
-        .expect("k8s/")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut entries: Vec<String> =
+        std::fs::read_dir(dir.join("k8s")).expect("k8s/").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
     entries.sort();
     let mut expected: Vec<String> = FILES.iter().map(|f| f.trim_start_matches("k8s/").to_string()).collect();
     expected.sort();

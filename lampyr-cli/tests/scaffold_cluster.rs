@@ -20,22 +20,14 @@ fn dry_run_apply(cluster: &Cluster, file: &Path) -> Result<String, String> {
         .output()
         .map_err(|e| format!("kubectl: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if out.status.success() {
-        Ok(stdout)
-    } else {
-        Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
-    }
+    if out.status.success() { Ok(stdout) } else { Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr))) }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_scaffolded_manifests_are_accepted_by_the_api_server() {
     let cluster = Cluster::shared();
     let tmp = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_ly"))
-        .args(["scaffold", "workspace"])
-        .arg(tmp.path())
-        .output()
-        .expect("ly runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_ly")).args(["scaffold", "workspace"]).arg(tmp.path()).output().expect("ly runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // A dry run creates no namespace, so Lampyr's namespace must exist for the

@@ -6,11 +6,7 @@ use std::process::{Command, Output};
 use lampyr_testenv::{TestRegistry, repo_root, require_kvm};
 
 fn ly(args: &[&str], cache: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ly"))
-        .args(args)
-        .env("LAMPYR_CACHE_DIR", cache)
-        .output()
-        .expect("ly runs")
+    Command::new(env!("CARGO_BIN_EXE_ly")).args(args).env("LAMPYR_CACHE_DIR", cache).output().expect("ly runs")
 }
 
 fn stdout(o: &Output) -> String {

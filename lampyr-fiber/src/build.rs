@@ -11,8 +11,8 @@ use serde_json::json;
 
 use lampyr_artifact::layout::{read_index, sha256_digest, write_blob, write_index};
 use lampyr_artifact::{
-    ARTIFACT_TAG, ArtifactError, FiberMetadata, METADATA_NAMESPACE, MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF,
-    MAX_ELF_BYTES, MT_HYPERLIGHT_CONFIG, PlatformFit, SNAPSHOT_TAG, VerifiedArtifact, verify_layout,
+    ARTIFACT_TAG, ArtifactError, FiberMetadata, MAX_ELF_BYTES, METADATA_NAMESPACE, MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF,
+    MT_HYPERLIGHT_CONFIG, PlatformFit, SNAPSHOT_TAG, VerifiedArtifact, verify_layout,
 };
 
 const PAGE: u64 = 4096;
@@ -106,9 +106,7 @@ pub fn boot_guest(elf: &[u8], opts: &BuildOptions) -> Result<Sandbox, ArtifactEr
         }
         Err(e) => return Err(ArtifactError::hyperlight("asking the guest for its ABI version", e)),
     }
-    sandbox
-        .call::<u32>(INIT_FUNCTION, ())
-        .map_err(|e| ArtifactError::hyperlight("running the guest's init", e))?;
+    sandbox.call::<u32>(INIT_FUNCTION, ()).map_err(|e| ArtifactError::hyperlight("running the guest's init", e))?;
     Ok(sandbox)
 }
 
@@ -222,7 +220,9 @@ fn write_artifact_index(out: &Path, snapshot_manifest: &str, elf: &[u8]) -> Resu
     let mut manifests: Vec<_> = index
         .manifests()
         .iter()
-        .filter(|d| d.annotations().as_ref().and_then(|a| a.get("org.opencontainers.image.ref.name")).map(String::as_str) != Some(ARTIFACT_TAG))
+        .filter(|d| {
+            d.annotations().as_ref().and_then(|a| a.get("org.opencontainers.image.ref.name")).map(String::as_str) != Some(ARTIFACT_TAG)
+        })
         .cloned()
         .collect();
     manifests.push(tagged);

@@ -24,7 +24,11 @@ impl LocalBackend {
     /// (which ends when the backend is dropped). Fibers the pool's capacity has no
     /// room for are not an error: the pool serves with those it could start, and
     /// requests that find no fiber and no room are answered 503.
-    pub async fn start(pool: FiberPool, scaling: lampyr_api::policy::ScalingPolicy, config: ScalerConfig) -> Result<Arc<Self>, InvokeError> {
+    pub async fn start(
+        pool: FiberPool,
+        scaling: lampyr_api::policy::ScalingPolicy,
+        config: ScalerConfig,
+    ) -> Result<Arc<Self>, InvokeError> {
         let tick = config.tick;
         let scaler = Scaler::new(scaling, config, std::time::Instant::now());
         match pool.set_desired(scaler.initial() as usize).await {

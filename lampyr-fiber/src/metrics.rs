@@ -1,11 +1,11 @@
 //! Prometheus metrics of the fiber runtime, labelled by Revision and by
 //! bounded outcome names (never by error text). Listed in `docs/metrics.md`.
 
+use lampyr_router::OUTCOMES;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use lampyr_router::OUTCOMES;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
+use lampyr_artifact::ArtifactError;
 use lampyr_artifact::layout::{blob_path, read_index};
 use lampyr_artifact::{PlatformFit, verify_layout};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
-use lampyr_artifact::ArtifactError;
 use lampyr_testenv::{example_elf, require_kvm};
 
 fn built_hello(dir: &Path) -> String {

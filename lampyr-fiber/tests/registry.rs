@@ -10,12 +10,12 @@ use std::sync::OnceLock;
 use http::HeaderValue;
 use hyperlight_host::sandbox::snapshot::{OciTag, Snapshot};
 use lampyr_artifact::ArtifactRef;
+use lampyr_artifact::cache::Cache;
 use lampyr_artifact::layout::{blob_path, sha256_digest};
 use lampyr_artifact::reference::Repository;
+use lampyr_artifact::registry::{RegistryClient, RegistryError};
 use lampyr_artifact::verify_layout;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
-use lampyr_artifact::cache::Cache;
-use lampyr_artifact::registry::{RegistryClient, RegistryError};
 use lampyr_testenv::{TestRegistry, example_elf, require_kvm};
 use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
@@ -81,12 +81,7 @@ fn tmp_is_empty(cache: &Cache) -> bool {
 
 fn count_files(dir: &Path) -> usize {
     fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| if e.path().is_dir() { count_files(&e.path()) } else { 1 })
-                .sum()
-        })
+        .map(|entries| entries.flatten().map(|e| if e.path().is_dir() { count_files(&e.path()) } else { 1 }).sum())
         .unwrap_or(0)
 }
 
@@ -224,7 +219,10 @@ async fn tampered_blob_in_the_registry_fails_the_pull_and_caches_nothing_of_it()
     let cache = Cache::new(cache_dir.path());
     let err = client.pull(&repo, digest, &cache).await.expect_err("tampered");
     eprintln!("tampered: {err}");
-    assert!(matches!(&err, RegistryError::DigestMismatch { what, expected, .. } if what == "guest ELF layer" && *expected == elf), "{err:?}");
+    assert!(
+        matches!(&err, RegistryError::DigestMismatch { what, expected, .. } if what == "guest ELF layer" && *expected == elf),
+        "{err:?}"
+    );
     let msg = err.to_string();
     assert!(msg.contains("digest mismatch") && msg.contains(&elf), "{msg}");
 
@@ -343,9 +341,6 @@ async fn declared_sizes_over_the_limits_are_refused_before_download() {
     let short_claim = fake.push(Claims { memory: 5, elf: 3, snapshot_manifest: None }).await;
     let err = client.pull(&repo, &short_claim, &cache).await.expect_err("more bytes than declared");
     eprintln!("more bytes than declared: {err}");
-    assert!(
-        matches!(&err, RegistryError::SizeMismatch { what, expected: 3, actual: 4, .. } if what == "guest ELF layer"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, RegistryError::SizeMismatch { what, expected: 3, actual: 4, .. } if what == "guest ELF layer"), "{err:?}");
     assert!(tmp_is_empty(&cache), "no partial download left behind");
 }

@@ -227,13 +227,13 @@ async fn a_snapshot_from_another_platform_boots_the_carried_elf() {
     let built = build(example_elf("hello"), BuildOptions::default());
     let digest = repin_as_foreign(&built.artifact);
     let foreign = verify_layout(&built.artifact.layout, Some(&digest)).expect("a foreign snapshot still verifies");
-    assert!(
-        matches!(&foreign.fit, lampyr_artifact::PlatformFit::Mismatch { field: "cpu_vendor", .. }),
-        "{:?}",
-        foreign.fit
-    );
+    assert!(matches!(&foreign.fit, lampyr_artifact::PlatformFit::Mismatch { field: "cpu_vendor", .. }), "{:?}", foreign.fit);
     let template = Template::load(&foreign, &Env::default()).expect("falls back to the ELF");
-    let pool = FiberPool::new(template, PoolConfig { revision: "x".into(), max_fibers: 1, queue_capacity: 1, capacity: None }, RuntimeMetrics::default());
+    let pool = FiberPool::new(
+        template,
+        PoolConfig { revision: "x".into(), max_fibers: 1, queue_capacity: 1, capacity: None },
+        RuntimeMetrics::default(),
+    );
     let resp = pool.invoke(get("/"), in_secs(30)).await.expect("answers");
     assert_eq!(body(&resp), "Hello World!\n");
 }

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use lampyr_artifact::ArtifactRef;
-use lampyr_artifact::reference::Repository;
-use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_artifact::cache::Cache;
+use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::{RegistryClient, RegistryError};
 use lampyr_artifact::seal::{FleetKey, SealError, open_artifact, seal_artifact};
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_testenv::{TestRegistry, example_elf, require_kvm};
 
 /// The hello artifact, built once per test process: (layout, digest).

@@ -19,8 +19,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use lampyr_api::{Home, HomeInstance};
 use lampyr_api::policy::FiberPolicy;
+use lampyr_api::{Home, HomeInstance};
 use lampyr_fiber::LocalBackend;
 use lampyr_router::{Backend, RevisionEntry, RouteTable, Router};
 use tokio::sync::{Semaphore, oneshot, watch};
@@ -379,9 +379,9 @@ impl Supervisor {
         let job_home = Arc::clone(&home);
         let job = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            handle.block_on(async move {
-                tokio::time::timeout(limit, loader.load(&job_home)).await.unwrap_or(Err(LoadError::Timeout(limit)))
-            })
+            handle.block_on(
+                async move { tokio::time::timeout(limit, loader.load(&job_home)).await.unwrap_or(Err(LoadError::Timeout(limit))) },
+            )
         });
         let result = tokio::select! {
             joined = job => joined.unwrap_or_else(|e| Err(LoadError::Task(e.to_string()))),

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lampyr_router::InvokeError;
 use lampyr_artifact::registry::RegistryError;
-use lampyr_fiber::runtime::RevisionPoolError;
 use lampyr_artifact::seal::SealError;
+use lampyr_fiber::runtime::RevisionPoolError;
+use lampyr_router::InvokeError;
 
 use crate::config::{FleetKeySource, SecretKeyRef};
 

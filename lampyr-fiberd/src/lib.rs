@@ -38,8 +38,8 @@ use kube::Client;
 use kube::api::Api;
 use lampyr_api::Home;
 use lampyr_artifact::cache::Cache;
-use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_artifact::registry::RegistryClient;
+use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_router::{Router, RouterConfig};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -186,12 +186,7 @@ fn followed_grant(config: &FiberdConfig) -> Option<&str> {
 /// Starts following `grant` and waits until it was read, so no Home loads with a share the
 /// grant no longer gives: at most [`grant::FIRST_LISTING`] when `--instances` gave a count
 /// meanwhile, else for as long as it takes (the instance serves nothing until then).
-async fn follow_grant(
-    client: &Client,
-    config: &FiberdConfig,
-    grant: &str,
-    share: &Arc<watch::Sender<Option<InstanceShare>>>,
-) {
+async fn follow_grant(client: &Client, config: &FiberdConfig, grant: &str, share: &Arc<watch::Sender<Option<InstanceShare>>>) {
     let (Some(instance), Some(namespace)) = (config.instance, &config.namespace) else { return };
     let api = Api::namespaced(client.clone(), namespace);
     let (listed, first) = oneshot::channel();

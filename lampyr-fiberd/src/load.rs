@@ -8,14 +8,14 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
 use lampyr_api::{Home, HomeSpec};
-use lampyr_artifact::reference::Repository;
 use lampyr_artifact::cache::Cache;
-use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::RegistryClient;
-use lampyr_fiber::runtime::{Capacity, revision_pool};
 use lampyr_artifact::seal::{FleetKey, open_artifact};
 use lampyr_artifact::{ArtifactRef, VerifiedArtifact};
 use lampyr_fiber::LocalBackend;
+use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::runtime::{Capacity, revision_pool};
 use lampyr_router::ScalerConfig;
 
 use tokio::sync::watch;
@@ -124,7 +124,11 @@ impl Loader {
 
     /// The scaling bounds this instance applies to a Home with `scaling`: its share when
     /// its grant has several instances.
-    pub(crate) fn scaling(&self, scaling: &lampyr_api::policy::ScalingPolicy, home: &str) -> Result<lampyr_api::policy::ScalingPolicy, NoShare> {
+    pub(crate) fn scaling(
+        &self,
+        scaling: &lampyr_api::policy::ScalingPolicy,
+        home: &str,
+    ) -> Result<lampyr_api::policy::ScalingPolicy, NoShare> {
         match *self.share.borrow() {
             Some(share) => share.scaling(scaling, home),
             None => Ok(scaling.clone()),
@@ -257,7 +261,9 @@ mod tests {
         };
         assert!(admitted("registry.local:5000/lampyr/fiberd-templates").is_ok());
         assert!(admitted("registry.local:5000/lampyr/fiberd-templates/team").is_ok(), "below an entry");
-        for refused in ["registry.local:5000/lampyr/fiberd-templates-x", "registry.local:5000/lampyr", "other.local:5000/lampyr/fiberd-templates"] {
+        for refused in
+            ["registry.local:5000/lampyr/fiberd-templates-x", "registry.local:5000/lampyr", "other.local:5000/lampyr/fiberd-templates"]
+        {
             let err = admitted(refused).expect_err(refused);
             assert!(err.to_string().contains("is not in the installation's zygoteRegistries"), "{err}");
             assert!(err.to_string().contains("http://registry.local:5000/lampyr/fiberd-templates"), "{err}");
@@ -297,7 +303,11 @@ mod tests {
             |s| s.policy.args = vec!["--serve".into()],
             |s| {
                 s.policy.env_refs = vec![lampyr_api::policy::EnvRef {
-                    source: lampyr_api::policy::EnvSource { kind: lampyr_api::policy::EnvSourceKind::Secret, name: "s".into(), optional: false },
+                    source: lampyr_api::policy::EnvSource {
+                        kind: lampyr_api::policy::EnvSourceKind::Secret,
+                        name: "s".into(),
+                        optional: false,
+                    },
                     key: None,
                     variable: None,
                     index: 0,

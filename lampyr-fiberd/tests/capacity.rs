@@ -40,11 +40,10 @@ async fn fibers_stay_within_the_instance_slots_and_freed_slots_are_used_again() 
     // Two Homes at min-scale 1 reserve both slots.
     for name in ["a-00001", "b-00001"] {
         env.create_home(name, "shared", &artifact, None, with_min_scale(1)).await;
-        let e = wait_entry(&homes, name, "shared-0", "loaded with its reserved fiber", |e| {
-            loaded(e) && e.is_some_and(|e| e.warm_fibers == 1)
-        })
-        .await
-        .expect("entry");
+        let e =
+            wait_entry(&homes, name, "shared-0", "loaded with its reserved fiber", |e| loaded(e) && e.is_some_and(|e| e.warm_fibers == 1))
+                .await
+                .expect("entry");
         assert_eq!(e.reserved_slots, 1, "{name}: min-scale is reserved");
         assert!(e.memory_bytes > 0, "{name}: the memory its fiber holds is reported");
     }
@@ -95,9 +94,10 @@ async fn two_instances_together_keep_a_revision_within_its_min_and_max_scale() {
     env.create_home("three-00001", "pair", &artifact, None, policy).await;
     let mut warm = Vec::new();
     for daemon in &daemons {
-        let e = wait_entry(&homes, "three-00001", &daemon.name, "loaded with its share", |e| loaded(e) && e.is_some_and(|e| e.warm_fibers > 0))
-            .await
-            .expect("entry");
+        let e =
+            wait_entry(&homes, "three-00001", &daemon.name, "loaded with its share", |e| loaded(e) && e.is_some_and(|e| e.warm_fibers > 0))
+                .await
+                .expect("entry");
         warm.push(e.warm_fibers);
     }
     warm.sort_unstable();

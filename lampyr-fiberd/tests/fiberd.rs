@@ -144,8 +144,7 @@ async fn released_homes_lose_their_route_and_entry_and_shutdown_removes_the_rest
 
     // Deleted: its pool is dropped and its Revision no longer served.
     homes.delete("deleted-00001", &DeleteParams::default()).await.expect("delete");
-    wait_until("the deleted Home's Revision answers 404", || async { fiberd.get(&env.ns, "deleted-00001").await.0 == 404 })
-        .await;
+    wait_until("the deleted Home's Revision answers 404", || async { fiberd.get(&env.ns, "deleted-00001").await.0 == 404 }).await;
     assert!(homes.get_opt("deleted-00001").await.expect("get").is_none(), "Home and entry are gone");
     assert_eq!(fiberd.get(&env.ns, "kept-00001").await.0, 200, "the others keep serving");
 

@@ -78,8 +78,7 @@ mod tests {
 
     #[test]
     fn canonical_json_sorts_keys_at_every_level() {
-        let map: HashMap<&str, HashMap<&str, u32>> =
-            [("z", [("b", 1), ("a", 2)].into()), ("a", [("y", 3), ("x", 4)].into())].into();
+        let map: HashMap<&str, HashMap<&str, u32>> = [("z", [("b", 1), ("a", 2)].into()), ("a", [("y", 3), ("x", 4)].into())].into();
         let bytes = canonical_json(&map).expect("serialises");
         assert_eq!(String::from_utf8(bytes).expect("utf-8"), r#"{"a":{"x":4,"y":3},"z":{"a":2,"b":1}}"#);
     }

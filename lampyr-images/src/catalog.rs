@@ -179,10 +179,10 @@ pub const COMPONENTS: [Component; 7] = [
 
 /// The component called `name`, or an error listing the names.
 pub fn component(name: &str) -> Result<&'static Component, Error> {
-    COMPONENTS.iter().find(|c| c.name == name).ok_or_else(|| Error::Spec {
-        image: name.to_string(),
-        reason: format!("no such image; the images are {}", names().join(", ")),
-    })
+    COMPONENTS
+        .iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| Error::Spec { image: name.to_string(), reason: format!("no such image; the images are {}", names().join(", ")) })
 }
 
 /// Every component's name, in table order.
@@ -228,9 +228,7 @@ impl Component {
     pub fn reference(&self, knative_module: &Path) -> Result<String, Error> {
         match self.naming {
             Naming::Lampyr { repository } => Ok(format!("{LAMPYR_REPOSITORY}/{repository}:{LAMPYR_TAG}")),
-            Naming::KnativeManifest { namespace, deployment, container } => {
-                knative_image(knative_module, namespace, deployment, container)
-            }
+            Naming::KnativeManifest { namespace, deployment, container } => knative_image(knative_module, namespace, deployment, container),
         }
     }
 
@@ -271,12 +269,7 @@ impl Component {
 /// The image of container `container` of Deployment `namespace/deployment` in
 /// the Knative Serving core manifests a Workspace installs (`ko://` references
 /// resolved to the release's images by `lampyr-manifests`).
-pub fn knative_image(
-    knative_module: &Path,
-    namespace: &str,
-    deployment: &str,
-    container: &str,
-) -> Result<String, Error> {
+pub fn knative_image(knative_module: &Path, namespace: &str, deployment: &str, container: &str) -> Result<String, Error> {
     let modules = KnativeModules::locate(knative_module)?;
     let core = lampyr_manifests::knative::core(&modules)?;
     let found = core
@@ -345,8 +338,7 @@ mod tests {
         assert_eq!(fiberd.entrypoint, ["/usr/local/bin/fiberd"]);
         assert_eq!(fiberd.ca_bundle.as_deref(), Some(inputs.ca_bundle.as_path()));
         assert!(fiberd.env.contains(&SSL_CERT_FILE_ENV.to_string()) && fiberd.env.contains(&PATH_ENV.to_string()));
-        let router =
-            component("fiber-router").expect("listed").spec(&inputs, "r.example/router:preview").expect("spec");
+        let router = component("fiber-router").expect("listed").spec(&inputs, "r.example/router:preview").expect("spec");
         assert_eq!((router.user, router.ca_bundle.as_ref()), (User::NonRoot, None));
     }
 
@@ -365,8 +357,7 @@ mod tests {
                         named.push(container["image"].as_str().unwrap_or_default().to_string());
                         // lampyr-controller's grant and helper images, pinned by digest.
                         for arg in container["args"].as_array().into_iter().flatten().filter_map(|a| a.as_str()) {
-                            let pinned =
-                                arg.strip_prefix("--grant-image=").or_else(|| arg.strip_prefix("--helper-image="));
+                            let pinned = arg.strip_prefix("--grant-image=").or_else(|| arg.strip_prefix("--helper-image="));
                             if let Some((repository, _digest)) = pinned.and_then(|p| p.split_once('@')) {
                                 named.push(format!("{repository}:{LAMPYR_TAG}"));
                             }

@@ -30,10 +30,8 @@ pub fn import_containerd(archive: &Path, address: &Path, namespace: &str) -> Res
     let found = listed_digest(&listing, &name);
     if found.as_deref() != Some(expected.as_str()) {
         let found = found.map_or_else(|| "does not list it".to_string(), |d| format!("lists it with digest {d}"));
-        let reason = format!(
-            "containerd at {} (namespace {namespace}) {found} under {name}, expected digest {expected}",
-            address.display()
-        );
+        let reason =
+            format!("containerd at {} (namespace {namespace}) {found} under {name}, expected digest {expected}", address.display());
         return Err(Error::NotImported { archive: archive.to_path_buf(), reason });
     }
     Ok(ImportedImage { name, digest: expected })

@@ -53,10 +53,7 @@ impl Delivered {
 
 /// The specs of `components`, all checked before anything is built: a missing
 /// binary fails here, naming the package and the build command.
-pub fn prepare(
-    components: &[&'static Component],
-    inputs: &Inputs,
-) -> Result<Vec<(&'static Component, ImageSpec)>, Error> {
+pub fn prepare(components: &[&'static Component], inputs: &Inputs) -> Result<Vec<(&'static Component, ImageSpec)>, Error> {
     components
         .iter()
         .map(|component| {

@@ -49,11 +49,7 @@ pub(crate) fn parse_ldd(binary: &Path, stdout: &str) -> Result<Vec<PathBuf>, Err
             Some((library, target)) => {
                 if target.trim() == "not found" {
                     let library = library.trim().to_string();
-                    return Err(Error::LibraryNotFound {
-                        binary: binary.to_path_buf(),
-                        library,
-                        line: line.to_string(),
-                    });
+                    return Err(Error::LibraryNotFound { binary: binary.to_path_buf(), library, line: line.to_string() });
                 }
                 target
             }

@@ -104,9 +104,7 @@ pub enum Error {
         reason: String,
     },
     /// The registry refused or did not answer.
-    #[error(
-        "pushing {reference}: {action} failed: {source} (is the registry running? for a plain-HTTP registry pass plain HTTP)"
-    )]
+    #[error("pushing {reference}: {action} failed: {source} (is the registry running? for a plain-HTTP registry pass plain HTTP)")]
     Registry {
         /// The reference pushed to.
         reference: String,

@@ -50,9 +50,7 @@ impl Tree {
                 Ok(())
             }
             Some(existing) if *existing == entry => Ok(()),
-            Some(existing) => {
-                Err(format!("/{path} is added twice: as {} and as {}", describe(existing), describe(&entry)))
-            }
+            Some(existing) => Err(format!("/{path} is added twice: as {} and as {}", describe(existing), describe(&entry))),
         }
     }
 
@@ -70,9 +68,7 @@ impl Tree {
                 Ok(())
             }
             Some(existing) if *existing == entry => Ok(()),
-            Some(existing) => {
-                Err(format!("/{path} is added twice: as {} and as {}", describe(existing), describe(&entry)))
-            }
+            Some(existing) => Err(format!("/{path} is added twice: as {} and as {}", describe(existing), describe(&entry))),
         }
     }
 
@@ -200,8 +196,7 @@ mod tests {
             let mut data = Vec::new();
             entry.read_to_end(&mut data).expect("read");
             let path = entry.path().expect("path").to_string_lossy().into_owned();
-            let (uid, gid, mtime) =
-                (header.uid().expect("uid"), header.gid().expect("gid"), header.mtime().expect("mtime"));
+            let (uid, gid, mtime) = (header.uid().expect("uid"), header.gid().expect("gid"), header.mtime().expect("mtime"));
             out.push((path, header.mode().expect("mode"), uid + gid, mtime, header.size().expect("size"), data));
         }
         out
@@ -242,9 +237,7 @@ mod tests {
         let (second, b) = layer(&sample());
         assert_eq!((first, &a), (second, &b));
         let mut changed = sample();
-        changed
-            .entries
-            .insert("etc/passwd".into(), Entry { kind: Kind::File(bytes("other")), mode: 0o644, explicit: true });
+        changed.entries.insert("etc/passwd".into(), Entry { kind: Kind::File(bytes("other")), mode: 0o644, explicit: true });
         let (_, c) = layer(&changed);
         assert_ne!(a.digest, c.digest);
         assert_ne!(a.diff_id, c.diff_id);

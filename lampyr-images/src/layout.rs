@@ -11,9 +11,8 @@ use std::str::FromStr;
 
 use chrono::{DateTime, SecondsFormat};
 use oci_spec::image::{
-    Arch, ConfigBuilder, Descriptor, DescriptorBuilder, Digest, ImageConfigurationBuilder, ImageIndex,
-    ImageIndexBuilder, ImageManifest, ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, PlatformBuilder,
-    RootFsBuilder,
+    Arch, ConfigBuilder, Descriptor, DescriptorBuilder, Digest, ImageConfigurationBuilder, ImageIndex, ImageIndexBuilder, ImageManifest,
+    ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, PlatformBuilder, RootFsBuilder,
 };
 
 use crate::blob::{canonical_json, sha256_digest};
@@ -84,15 +83,10 @@ pub fn build(spec: &ImageSpec, layout: &Path, created: u64) -> Result<BuiltImage
         .map_err(|e| document("manifest")(&e))?;
     let manifest = canonical_json(&manifest).map_err(|e| document("manifest")(&e))?;
     let manifest_digest = write_blob(&blobs, &manifest)?;
-    let index = index_json(&spec.reference, &tag, &manifest_digest, manifest.len() as u64)
-        .map_err(|e| document("index")(&e))?;
+    let index = index_json(&spec.reference, &tag, &manifest_digest, manifest.len() as u64).map_err(|e| document("index")(&e))?;
     write_file(&staging.path().join("index.json"), &index)?;
-    let oci_layout =
-        OciLayoutBuilder::default().image_layout_version("1.0.0").build().map_err(|e| document("oci-layout")(&e))?;
-    write_file(
-        &staging.path().join("oci-layout"),
-        &canonical_json(&oci_layout).map_err(|e| document("oci-layout")(&e))?,
-    )?;
+    let oci_layout = OciLayoutBuilder::default().image_layout_version("1.0.0").build().map_err(|e| document("oci-layout")(&e))?;
+    write_file(&staging.path().join("oci-layout"), &canonical_json(&oci_layout).map_err(|e| document("oci-layout")(&e))?)?;
     replace_dir(staging.keep(), layout)?;
     Ok(BuiltImage {
         reference: spec.reference.clone(),
@@ -116,11 +110,7 @@ fn config_json(spec: &ImageSpec, created: u64, layer: &LayerDigests) -> Result<V
         .working_dir("/")
         .build()
         .map_err(|e| e.to_string())?;
-    let rootfs = RootFsBuilder::default()
-        .typ("layers")
-        .diff_ids(vec![layer.diff_id.clone()])
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rootfs = RootFsBuilder::default().typ("layers").diff_ids(vec![layer.diff_id.clone()]).build().map_err(|e| e.to_string())?;
     let image = ImageConfigurationBuilder::default()
         .created(time.to_rfc3339_opts(SecondsFormat::Secs, true))
         .architecture(Arch::Amd64)
@@ -134,8 +124,7 @@ fn config_json(spec: &ImageSpec, created: u64, layer: &LayerDigests) -> Result<V
 
 /// index.json: the manifest, for linux/amd64, named by tag and by full reference.
 fn index_json(reference: &str, tag: &str, digest: &str, size: u64) -> Result<Vec<u8>, String> {
-    let platform =
-        PlatformBuilder::default().architecture(Arch::Amd64).os(Os::Linux).build().map_err(|e| e.to_string())?;
+    let platform = PlatformBuilder::default().architecture(Arch::Amd64).os(Os::Linux).build().map_err(|e| e.to_string())?;
     let annotations = [(ANNOTATION_REF_NAME, tag), (ANNOTATION_IMAGE_NAME, reference)]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -217,8 +206,7 @@ fn indexed_image(path: &Path, index: &[u8]) -> Result<(String, String, String), 
         return Err(bad(format!("index.json lists {} manifests, not 1", index.manifests().len())));
     };
     let annotation = |key: &str| manifest.annotations().as_ref().and_then(|a| a.get(key)).cloned();
-    let name =
-        annotation(ANNOTATION_IMAGE_NAME).ok_or_else(|| bad(format!("index.json has no {ANNOTATION_IMAGE_NAME}")))?;
+    let name = annotation(ANNOTATION_IMAGE_NAME).ok_or_else(|| bad(format!("index.json has no {ANNOTATION_IMAGE_NAME}")))?;
     let tag = annotation(ANNOTATION_REF_NAME).ok_or_else(|| bad(format!("index.json has no {ANNOTATION_REF_NAME}")))?;
     if tag_of(&name) != Some(tag.as_str()) {
         return Err(bad(format!("index.json names {name} but tags it {tag}")));
@@ -232,10 +220,8 @@ pub fn read_layout(layout: &Path) -> Result<LayoutImage, Error> {
     let index = std::fs::read(&index_path).map_err(Error::read(&index_path))?;
     let (name, tag, manifest_digest) = indexed_image(layout, &index)?;
     let manifest_bytes = read_blob(layout, &manifest_digest)?;
-    let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes).map_err(|e| Error::Layout {
-        path: layout.to_path_buf(),
-        reason: format!("manifest {manifest_digest}: {e}"),
-    })?;
+    let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes)
+        .map_err(|e| Error::Layout { path: layout.to_path_buf(), reason: format!("manifest {manifest_digest}: {e}") })?;
     Ok(LayoutImage { name, tag, manifest_digest, manifest_bytes, manifest })
 }
 

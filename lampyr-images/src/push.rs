@@ -28,9 +28,8 @@ pub async fn push(layout: &std::path::Path, reference: &str, plain_http: bool) -
     let registry = target.registry().to_string();
     let protocol = if plain_http { ClientProtocol::HttpsExcept(vec![registry.clone()]) } else { ClientProtocol::Https };
     let config = ClientConfig { protocol, use_monolithic_push: true, ..ClientConfig::default() };
-    let fail = |action: String| {
-        move |e: OciDistributionError| Error::Registry { reference: reference.to_string(), action, source: Box::new(e) }
-    };
+    let fail =
+        |action: String| move |e: OciDistributionError| Error::Registry { reference: reference.to_string(), action, source: Box::new(e) };
     let client = lampyr_artifact::registry::oci_client(config).map_err(fail("creating the client".into()))?;
     let repository = target.repository().to_string();
     for blob in std::iter::once(image.manifest.config()).chain(image.manifest.layers()) {
@@ -99,8 +98,7 @@ mod tests {
 
     #[test]
     fn unusable_registries_are_refused() {
-        for (registry, reference) in [("ftp://x", "ghcr.io/a/b:c"), ("http://", "ghcr.io/a/b:c"), ("r.example", "b:c")]
-        {
+        for (registry, reference) in [("ftp://x", "ghcr.io/a/b:c"), ("http://", "ghcr.io/a/b:c"), ("r.example", "b:c")] {
             let error = mirror_reference(registry, reference).expect_err(registry).to_string();
             assert!(error.contains(reference), "{error}");
         }

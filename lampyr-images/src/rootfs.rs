@@ -10,8 +10,7 @@ use crate::spec::{ImageSpec, Source, relative_path};
 use crate::{Error, elf};
 
 /// `/etc/passwd`: root and nonroot (65532), no login shells (there is no shell).
-pub const PASSWD: &str =
-    "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n";
+pub const PASSWD: &str = "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n";
 /// `/etc/group`: root and nonroot (65532).
 pub const GROUP: &str = "root:x:0:\nnonroot:x:65532:\n";
 /// `/etc/nsswitch.conf`: `/etc/hosts` before DNS (glibc's default without the
@@ -58,12 +57,11 @@ fn layer_path(spec: &ImageSpec, path: &str) -> Result<String, Error> {
 /// free of the build's paths), symbols kept for backtraces.
 fn strip_debug(source: &Path, out: &Path) -> Result<PathBuf, Error> {
     std::fs::metadata(source).map_err(Error::read(source))?;
-    let output = Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(source)
-        .arg(out)
-        .output()
-        .map_err(|source| Error::Spawn { program: "objcopy".into(), source, hint: "install Debian's binutils" })?;
+    let output = Command::new("objcopy").arg("--strip-debug").arg(source).arg(out).output().map_err(|source| Error::Spawn {
+        program: "objcopy".into(),
+        source,
+        hint: "install Debian's binutils",
+    })?;
     if !output.status.success() {
         return Err(Error::CommandFailed {
             command: format!("objcopy --strip-debug {} {}", source.display(), out.display()),

@@ -109,13 +109,10 @@ impl ImageSpec {
         let paths = self.binaries.iter().map(|b| b.path.as_str());
         let paths = paths.chain(self.files.iter().map(|f| f.path.as_str()));
         for path in paths.chain(self.directories.iter().map(|d| d.path.as_str())) {
-            relative_path(path)
-                .ok_or_else(|| self.invalid(&format!("{path:?} is not an absolute path without `.`/`..`")))?;
+            relative_path(path).ok_or_else(|| self.invalid(&format!("{path:?} is not an absolute path without `.`/`..`")))?;
         }
         let modes = self.files.iter().map(|f| (f.path.as_str(), f.mode));
-        if let Some((path, mode)) =
-            modes.chain(self.directories.iter().map(|d| (d.path.as_str(), d.mode))).find(|(_, m)| *m > 0o7777)
-        {
+        if let Some((path, mode)) = modes.chain(self.directories.iter().map(|d| (d.path.as_str(), d.mode))).find(|(_, m)| *m > 0o7777) {
             return Err(self.invalid(&format!("{path}: mode {mode:o} has more than 12 bits")));
         }
         Ok(())

@@ -16,15 +16,8 @@ use lampyr_testenv::containerd::{Containerd, ContainerdOptions, RunOptions};
 use lampyr_testenv::{TestRegistry, repo_root, workspace_binary};
 
 /// Every image of the catalog: each test covers each of them.
-const TESTED: [&str; 7] = [
-    "fiberd",
-    "fiberd-helper",
-    "fiber-router",
-    "lampyr-controller",
-    "fiberd-k8s-controller",
-    "knative-controller",
-    "knative-webhook",
-];
+const TESTED: [&str; 7] =
+    ["fiberd", "fiberd-helper", "fiber-router", "lampyr-controller", "fiberd-k8s-controller", "knative-controller", "knative-webhook"];
 
 fn tested() -> Vec<&'static Component> {
     TESTED.iter().map(|name| catalog::component(name).expect("in the catalog")).collect()
@@ -94,11 +87,7 @@ fn two_builds_of_every_image_are_identical_and_a_changed_file_changes_the_digest
         assert!(archives[0] == archives[1], "{}: the two archives differ", component.name);
 
         let mut changed = spec.clone();
-        changed.files.push(ImageFile {
-            path: "/etc/lampyr-test".into(),
-            source: Source::Bytes(b"x".to_vec()),
-            mode: 0o644,
-        });
+        changed.files.push(ImageFile { path: "/etc/lampyr-test".into(), source: Source::Bytes(b"x".to_vec()), mode: 0o644 });
         let other = build(&changed, &dir.path().join(format!("{}-3", component.name)), epoch).expect("changed build");
         assert_ne!(first.manifest_digest, other.manifest_digest, "{}", component.name);
         assert_ne!(first.diff_id, other.diff_id, "{}", component.name);
@@ -141,10 +130,7 @@ fn every_image_imports_into_containerd_under_its_name_and_runs() {
     for (component, spec) in specs() {
         let delivered = runtime().block_on(deliver(component, &spec, &delivery)).unwrap_or_else(|e| panic!("{e}"));
         let imported = delivered.imported.clone().expect("imported");
-        assert_eq!(
-            (imported.name.as_str(), imported.digest.as_str()),
-            (spec.reference.as_str(), delivered.digest.as_str())
-        );
+        assert_eq!((imported.name.as_str(), imported.digest.as_str()), (spec.reference.as_str(), delivered.digest.as_str()));
 
         let binary = format!("{BIN_DIR}/{}", component.origin.file_name());
         let (args, env) = component.usage;
@@ -172,12 +158,8 @@ fn a_pushed_image_is_in_the_registry_byte_for_byte() {
     let dir = tempfile::tempdir().expect("tempdir");
     let registry = TestRegistry::start();
     let (component, spec) = specs().into_iter().find(|(c, _)| c.name == "fiber-router").expect("fiber-router");
-    let delivery = Delivery {
-        out_dir: dir.path().to_path_buf(),
-        created: 0,
-        registry: Some(format!("http://{}", registry.host())),
-        containerd: None,
-    };
+    let delivery =
+        Delivery { out_dir: dir.path().to_path_buf(), created: 0, registry: Some(format!("http://{}", registry.host())), containerd: None };
     let delivered = runtime().block_on(deliver(component, &spec, &delivery)).unwrap_or_else(|e| panic!("{e}"));
     let target = format!("{}/hyperlight-dev/lampyr/fiber-router:preview", registry.host());
     assert_eq!(delivered.pushed.as_deref(), Some(target.as_str()));

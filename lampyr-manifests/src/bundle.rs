@@ -129,8 +129,7 @@ fn check(files: &[BundleFile]) -> Result<(), Error> {
         .filter(|d| d.kind() == "ServiceAccount" && d.group().is_empty())
         .map(|d| (d.namespace().unwrap_or("default").to_string(), d.name().to_string()))
         .collect();
-    let mut needed: Vec<((String, String), String)> =
-        documents.iter().filter_map(|d| service_account(d).map(|a| (a, d.id()))).collect();
+    let mut needed: Vec<((String, String), String)> = documents.iter().filter_map(|d| service_account(d).map(|a| (a, d.id()))).collect();
     let (namespace, name) = LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;
     needed.push(((namespace.to_string(), name.to_string()), "Lampyr's Knative controller".to_string()));
     for ((namespace, name), user) in needed {

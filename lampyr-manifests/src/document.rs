@@ -170,8 +170,7 @@ mod tests {
 
     #[test]
     fn a_document_without_a_name_is_refused_with_its_position() {
-        let err = parse("apiVersion: v1\nkind: A\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: B\n", "f.yaml")
-            .expect_err("refused");
+        let err = parse("apiVersion: v1\nkind: A\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: B\n", "f.yaml").expect_err("refused");
         assert_eq!(err.to_string(), "f.yaml: document 2 is not a Kubernetes object: no metadata.name");
     }
 

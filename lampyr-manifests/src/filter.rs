@@ -117,8 +117,7 @@ pub fn filter(documents: Vec<Document>, accounts_in_use: &[(&str, &str)]) -> Fil
         .collect();
 
     // Rule 2: accounts of removed workloads that no kept workload needs.
-    let mut kept_accounts: BTreeSet<(String, String)> =
-        accounts_in_use.iter().map(|(ns, n)| (ns.to_string(), n.to_string())).collect();
+    let mut kept_accounts: BTreeSet<(String, String)> = accounts_in_use.iter().map(|(ns, n)| (ns.to_string(), n.to_string())).collect();
     let mut removed_workload_accounts = BTreeSet::new();
     for (document, reason) in documents.iter().zip(&workload_reason) {
         if let Some(account) = service_account(document) {
@@ -129,8 +128,7 @@ pub fn filter(documents: Vec<Document>, accounts_in_use: &[(&str, &str)]) -> Fil
             }
         }
     }
-    let removed_accounts: BTreeSet<(String, String)> =
-        removed_workload_accounts.difference(&kept_accounts).cloned().collect();
+    let removed_accounts: BTreeSet<(String, String)> = removed_workload_accounts.difference(&kept_accounts).cloned().collect();
     let is_removed_account = |d: &Document| {
         d.kind() == "ServiceAccount"
             && d.group().is_empty()
@@ -306,8 +304,7 @@ metadata: {name: a-knative-service, namespace: ks, labels: {app.kubernetes.io/co
     #[test]
     fn removes_the_stock_components_workloads_and_what_only_they_use() {
         let filtered = filter(parse(SET, "set.yaml").expect("parses"), &[]);
-        let removed: Vec<(String, Reason)> =
-            filtered.removed.iter().map(|r| (r.document.id(), r.reason.clone())).collect();
+        let removed: Vec<(String, Reason)> = filtered.removed.iter().map(|r| (r.document.id(), r.reason.clone())).collect();
         let workload = |c: &str| Reason::Workload(c.to_string());
         assert_eq!(
             removed,

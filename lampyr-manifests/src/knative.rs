@@ -122,8 +122,7 @@ fn yaml_files(root: &Path, dir: &str) -> Result<Vec<String>, Error> {
             if path.is_dir() {
                 walk(root, &relative, out)?;
             } else if path.extension().is_some_and(|e| e == "yaml") {
-                let parts: Vec<String> =
-                    relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+                let parts: Vec<String> = relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
                 out.push(parts.join("/"));
             }
         }

@@ -41,8 +41,7 @@ impl KnativeModules {
                 return Ok(found);
             }
             go(go_module_dir, &["mod", "download", path])?;
-            list(go_module_dir, path)?
-                .ok_or_else(|| Error::ModuleMissing { module: path.to_string(), dir: go_module_dir.to_path_buf() })
+            list(go_module_dir, path)?.ok_or_else(|| Error::ModuleMissing { module: path.to_string(), dir: go_module_dir.to_path_buf() })
         };
         Ok(KnativeModules { serving: module(SERVING)?, networking: module(NETWORKING)? })
     }
@@ -72,12 +71,8 @@ fn list(dir: &Path, path: &str) -> Result<Option<Module>, Error> {
 }
 
 fn go(dir: &Path, args: &[&str]) -> Result<String, Error> {
-    let output = Command::new("go")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .map_err(|source| Error::GoMissing { args: args.join(" "), source })?;
+    let output =
+        Command::new("go").arg("-C").arg(dir).args(args).output().map_err(|source| Error::GoMissing { args: args.join(" "), source })?;
     if !output.status.success() {
         return Err(Error::GoFailed {
             args: args.join(" "),

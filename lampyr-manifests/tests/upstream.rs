@@ -21,8 +21,7 @@ fn ids(documents: &[Document]) -> Vec<String> {
 fn the_filter_removes_exactly_the_stock_controller_activator_and_autoscaler() {
     let modules = modules();
     let core = knative::core(&modules).expect("core manifests");
-    let removed: Vec<(String, String)> =
-        core.removed.iter().map(|r| (r.document.id(), r.reason.to_string())).collect();
+    let removed: Vec<(String, String)> = core.removed.iter().map(|r| (r.document.id(), r.reason.to_string())).collect();
     let expected = [
         ("Role knative-serving/knative-serving-activator", "only removed bindings grant it"),
         ("ClusterRole knative-serving-activator-cluster", "only removed bindings grant it"),

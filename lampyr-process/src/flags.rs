@@ -9,10 +9,7 @@ use lampyr_api::duration::parse_go_duration;
 
 /// A Go duration (`90s`, `5m`, `1h30m`) that is not negative.
 pub fn go_duration(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text)
-        .map_err(|e| e.to_string())?
-        .non_negative()
-        .ok_or_else(|| format!("{text:?} must not be negative"))
+    parse_go_duration(text).map_err(|e| e.to_string())?.non_negative().ok_or_else(|| format!("{text:?} must not be negative"))
 }
 
 /// A non-negative number of seconds, decimals allowed (`30`, `0.5`, `0`).

@@ -47,9 +47,7 @@ pub enum ClientError {
         source: KubeconfigError,
     },
     /// No kubeconfig was given and none could be found.
-    #[error(
-        "no Kubernetes configuration: {source} (run in a Pod with a service account, set $KUBECONFIG, or give --kubeconfig)"
-    )]
+    #[error("no Kubernetes configuration: {source} (run in a Pod with a service account, set $KUBECONFIG, or give --kubeconfig)")]
     Infer {
         /// Why neither the in-cluster configuration nor a kubeconfig worked.
         source: InferConfigError,
@@ -64,8 +62,7 @@ pub enum ClientError {
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`), unless a subscriber is set.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

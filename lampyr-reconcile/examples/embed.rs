@@ -74,7 +74,12 @@ pub async fn run(
 }
 
 /// The host's own controller: greets labelled ConfigMaps, until `shutdown`.
-async fn greeter(client: Client, namespace: Option<String>, greetings: Counter<u64>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+async fn greeter(
+    client: Client,
+    namespace: Option<String>,
+    greetings: Counter<u64>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let config_maps: Api<ConfigMap> = match &namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),

@@ -72,11 +72,7 @@ impl Health {
 
     /// `Ok` when every check is ready, else the `name: reason` of each that is not.
     pub fn ready(&self) -> Result<(), Vec<String>> {
-        let waiting: Vec<String> = self
-            .lock()
-            .iter()
-            .filter_map(|c| c.waiting.as_ref().map(|why| format!("{}: {why}", c.name)))
-            .collect();
+        let waiting: Vec<String> = self.lock().iter().filter_map(|c| c.waiting.as_ref().map(|why| format!("{}: {why}", c.name))).collect();
         if waiting.is_empty() { Ok(()) } else { Err(waiting) }
     }
 
@@ -205,9 +201,7 @@ mod tests {
 
     async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         let status = out[9..12].parse().unwrap();

@@ -29,8 +29,8 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
 use kube::Client;
+use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -169,10 +169,8 @@ impl LeaderElector {
                     lease_transitions: Some(0),
                     ..LeaseSpec::default()
                 };
-                let lease = Lease {
-                    metadata: ObjectMeta { name: Some(self.config.name.clone()), ..ObjectMeta::default() },
-                    spec: Some(spec),
-                };
+                let lease =
+                    Lease { metadata: ObjectMeta { name: Some(self.config.name.clone()), ..ObjectMeta::default() }, spec: Some(spec) };
                 return match self.api.create(&PostParams::default(), &lease).await {
                     Ok(created) => Ok(self.record_write(created)),
                     Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::Conflict),
@@ -298,11 +296,7 @@ impl LeaderElector {
             if let Some(reason) = why {
                 self.set_leading(false);
                 tracing::error!(lease = %self.config.name, identity = %self.config.identity, %reason, "stepping down");
-                return LeaderError::Lost {
-                    namespace: self.config.namespace.clone(),
-                    name: self.config.name.clone(),
-                    reason,
-                };
+                return LeaderError::Lost { namespace: self.config.namespace.clone(), name: self.config.name.clone(), reason };
             }
         }
     }

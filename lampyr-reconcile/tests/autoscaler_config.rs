@@ -139,7 +139,10 @@ async fn config_autoscaler_governs_a_running_revision() {
     assert!(kept.metadata.generation >= after.metadata.generation);
 
     // Fixed: its settings apply again.
-    configure(&configmaps, json!({ "data": { "max-scale-up-rate": "10" }, "metadata": { "labels": { "app.kubernetes.io/name": "knative-serving" } } }))
-        .await;
+    configure(
+        &configmaps,
+        json!({ "data": { "max-scale-up-rate": "10" }, "metadata": { "labels": { "app.kubernetes.io/name": "knative-serving" } } }),
+    )
+    .await;
     home_applied(stack, &homes, "the fixed settings applied", |c, _| c.max_scale_up_rate == 10.0).await;
 }

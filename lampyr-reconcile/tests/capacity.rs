@@ -132,7 +132,9 @@ async fn the_shared_grant_grows_with_its_load_within_its_bounds_and_shrinks_when
     config.grant.slots_per_instance = 4;
     config.grant.max_instances = 2;
     let controller = Controller::start(client.clone(), config).await;
-    let with_min = |name: &str, min: &str| annotated(knative_service(name, &ns, Some(&artifact), json!({})), &[("autoscaling.knative.dev/min-scale", min)]);
+    let with_min = |name: &str, min: &str| {
+        annotated(knative_service(name, &ns, Some(&artifact), json!({})), &[("autoscaling.knative.dev/min-scale", min)])
+    };
     let sized = async |instances: i32, why: &str| {
         wait_for(&grants, keys::SHARED_GRANT_NAME, why, |g| g.spec.instances == instances && g.spec.fiber_slots == 4 * instances).await
     };

@@ -58,7 +58,9 @@ async fn a_second_revision_a_50_50_split_and_tags() {
     // A new template makes revision 2, which latestRevision follows.
     stack.kubectl_apply(&knative_service(&ns, "split", &artifact, "two", None));
     stack.ready_host(&services, "split").await;
-    stack.poll("traffic on revision 2", POLL, async || (stack.get(&host, "/").await.ok()? == (200, "Hello two!\n".into())).then_some(())).await;
+    stack
+        .poll("traffic on revision 2", POLL, async || (stack.get(&host, "/").await.ok()? == (200, "Hello two!\n".into())).then_some(()))
+        .await;
 
     // Half and half, each revision also reachable at its tag's host.
     let traffic = json!([
@@ -137,12 +139,13 @@ async fn bad_services_fail_with_a_clear_message_and_others_keep_serving() {
 
     let revisions: Api<Revision> = Api::namespaced(stack.cluster.client().await, &ns);
     for (name, expected) in [("unpinned", "digest"), ("wrong-digest", "sha256:eeee"), ("unsupported", "volumes")] {
-        let message = stack.poll(&format!("{name}: Ready=False"), POLL, async || {
-            let status = revisions.get(&format!("{name}-00001")).await.ok()?.status?;
-            let ready = status.get_condition(CONDITION_READY)?;
-            (ready.status == ConditionStatus::False).then(|| ready.message.clone())
-        })
-        .await;
+        let message = stack
+            .poll(&format!("{name}: Ready=False"), POLL, async || {
+                let status = revisions.get(&format!("{name}-00001")).await.ok()?.status?;
+                let ready = status.get_condition(CONDITION_READY)?;
+                (ready.status == ConditionStatus::False).then(|| ready.message.clone())
+            })
+            .await;
         assert!(message.contains(expected), "{name}: {message:?} does not name {expected:?}");
     }
     assert_eq!(stack.answer(&good, "/").await, "Hello good!\n", "the good Service keeps serving");
@@ -233,7 +236,6 @@ async fn a_killed_fiberd_fails_in_flight_requests_fast_and_serving_recovers() {
     }
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_shrinks_without_restarting_the_instance_that_stays_or_failing_a_request() {
     let stack = stack();
@@ -259,7 +261,8 @@ async fn a_grant_shrinks_without_restarting_the_instance_that_stays_or_failing_a
     service["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = json!("2");
     stack.kubectl_apply(&service);
     let host = stack.ready_host(&services, "pair").await;
-    let logs = || ["pair-0", "pair-1"].map(|pod| format!("--- {pod}:\n{}", stack.cluster.log_tail(&format!("fiberd-{ns}_{pod}"), 25))).join("\n");
+    let logs =
+        || ["pair-0", "pair-1"].map(|pod| format!("--- {pod}:\n{}", stack.cluster.log_tail(&format!("fiberd-{ns}_{pod}"), 25))).join("\n");
     let warm_on = async |instances: &[&str]| {
         let warm = stack.poll("the Home's instances", POLL, async || {
             let home = homes.get("pair-00001").await.ok()?;

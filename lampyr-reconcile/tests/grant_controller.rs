@@ -28,10 +28,7 @@ async fn environment() -> &'static Cluster {
         .apply_files(&[root.join("config/crd/lampyr.yaml"), root.join("config/fiberd-k8s-controller.yaml")])
         .await
         .unwrap_or_else(|e| panic!("installing the CRDs and the controller's manifest: {e}"));
-    let kubeconfig = cluster
-        .service_account_kubeconfig("lampyr-system", "fiberd-k8s-controller")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = cluster.service_account_kubeconfig("lampyr-system", "fiberd-k8s-controller").await.unwrap_or_else(|e| panic!("{e}"));
     CONTROLLER.get_or_init(|| {
         let binary = workspace_binary("lampyr-reconcile", "fiberd-k8s-controller");
         let mut command = std::process::Command::new(binary);
@@ -85,8 +82,7 @@ async fn grant(client: &Client, ns: &str, name: &str, instances: i32, repository
 
 async fn pod_names(pods: &Api<Pod>, grant: &str) -> Vec<String> {
     let listed = pods.list(&ListParams::default().labels(&format!("{GRANT_LABEL}={grant}"))).await.expect("list pods");
-    let mut names: Vec<String> =
-        listed.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
+    let mut names: Vec<String> = listed.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     names.sort();
     names
 }
@@ -148,11 +144,7 @@ async fn a_grant_outside_every_policy_gets_no_pod_and_says_why() {
     })
     .await;
     assert_eq!((ready.status, ready.reason.as_str()), (ConditionStatus::False, REASON_IMAGE_NOT_ALLOWED));
-    assert!(
-        ready.message.contains("spec.grantImage") && ready.message.contains("registry.example.com/denied/fiberd"),
-        "{}",
-        ready.message
-    );
+    assert!(ready.message.contains("spec.grantImage") && ready.message.contains("registry.example.com/denied/fiberd"), "{}", ready.message);
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     assert!(pod_names(&pods, "hello-00001").await.is_empty());
 }

@@ -110,11 +110,7 @@ async fn the_holder_steps_down_when_another_takes_the_lease() {
 
     // An operator (or a buggy candidate) overwrites the holder.
     leases
-        .patch(
-            "test-lease",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "holderIdentity": "intruder" } })),
-        )
+        .patch("test-lease", &PatchParams::default(), &Patch::Merge(json!({ "spec": { "holderIdentity": "intruder" } })))
         .await
         .expect("patch");
     let result = tokio::time::timeout(Duration::from_secs(5), run).await.expect("a steps down").expect("join");

@@ -31,14 +31,16 @@ async fn restarts_of_the_controller_and_the_router_converge() {
     stack.restart_controller().expect("restart lampyr-controller");
     stack.restart_router().expect("restart fiber-router");
     stack.ready_host(&services, "restart").await;
-    stack.poll("the router serving revision 2 after its restart", POLL, async || {
-        (stack.get(&host, "/").await.ok()? == (200, "Hello after!\n".into())).then_some(())
-    })
-    .await;
+    stack
+        .poll("the router serving revision 2 after its restart", POLL, async || {
+            (stack.get(&host, "/").await.ok()? == (200, "Hello after!\n".into())).then_some(())
+        })
+        .await;
 
     // Exactly one Home and one grant per Revision, whatever the restarts did.
     let client = stack.cluster.client().await;
     let homes: Api<lampyr_api::Home> = Api::namespaced(client.clone(), &ns);
-    let names: Vec<String> = homes.list(&Default::default()).await.expect("homes").items.into_iter().filter_map(|h| h.metadata.name).collect();
+    let names: Vec<String> =
+        homes.list(&Default::default()).await.expect("homes").items.into_iter().filter_map(|h| h.metadata.name).collect();
     assert_eq!(names, ["restart-00001", "restart-00002"]);
 }

@@ -155,7 +155,8 @@ async fn a_service_gets_home_grant_and_service_and_becomes_ready_with_a_simulate
     assert!(config.status.expect("status").is_ready(config.metadata.generation));
 
     // The Home's status: ours (conditions, warmFibers) beside fiberd's own entry.
-    let h = wait_for(&apis.homes, "hello-00001", "Home Ready", |h| h.status.as_ref().is_some_and(|s| s.is_ready(h.metadata.generation))).await;
+    let h =
+        wait_for(&apis.homes, "hello-00001", "Home Ready", |h| h.status.as_ref().is_some_and(|s| s.is_ready(h.metadata.generation))).await;
     let hs = h.status.clone().expect("status");
     assert_eq!(hs.instances.len(), 1);
     assert_eq!((hs.instances[0].name.as_str(), hs.instances[0].loaded), ("grant-0", true));
@@ -360,7 +361,10 @@ async fn the_image_map_gives_revisions_without_the_annotation_their_artifact_and
     })
     .await;
     let audit = revision_status(&rev).annotations.get(keys::IMAGE_MAPPED).cloned().unwrap_or_default();
-    assert!(audit.contains(&mapped) && audit.contains("entry \"helloworld\"") && audit.starts_with("ko.local/helloworld:latest"), "{audit}");
+    assert!(
+        audit.contains(&mapped) && audit.contains("entry \"helloworld\"") && audit.starts_with("ko.local/helloworld:latest"),
+        "{audit}"
+    );
     let home = wait_for(&apis.homes, "unmapped-00001", "Home", |_| true).await;
     assert_eq!(home.spec.artifact, mapped);
     create_service(&client, &ns, &knative_service("fresh", &ns, None, image.clone())).await;
@@ -381,7 +385,9 @@ async fn the_image_map_gives_revisions_without_the_annotation_their_artifact_and
     // The broken entry is reported on the ConfigMap, saying what is wrong.
     let warnings = event_notes(&client, &ns, "InvalidImageMapping").await;
     assert!(
-        warnings.iter().any(|(object, note)| object == "image-artifacts" && note.contains("\"broken\"") && note.contains("pinned by digest")),
+        warnings
+            .iter()
+            .any(|(object, note)| object == "image-artifacts" && note.contains("\"broken\"") && note.contains("pinned by digest")),
         "{warnings:?}"
     );
 

@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use lampyr_abi::{Request, Response};
 use crate::InvokeError;
+use lampyr_abi::{Request, Response};
 use tokio::time::Instant;
 
 /// A boxed future, as returned by [`Backend::invoke`].

@@ -176,13 +176,7 @@ struct Reconciler {
 }
 
 impl Reconciler {
-    async fn run(
-        mut self,
-        homes: Store<Home>,
-        ingresses: Option<Store<Ingress>>,
-        notify: Arc<Notify>,
-        synced: watch::Sender<bool>,
-    ) {
+    async fn run(mut self, homes: Store<Home>, ingresses: Option<Store<Ingress>>, notify: Arc<Notify>, synced: watch::Sender<bool>) {
         if homes.wait_until_ready().await.is_err() {
             return;
         }
@@ -278,7 +272,9 @@ impl Reconciler {
                     crate::peers::NotYet::Endpoints(_) => {
                         tracing::warn!(ingress = %ingress.name_any(), %not_yet, "cannot tell whether every replica routes it (fiber-router needs list on endpointslices in its namespace)");
                     }
-                    crate::peers::NotYet::Behind { .. } => tracing::debug!(ingress = %ingress.name_any(), %not_yet, "not Ready until every replica routes it"),
+                    crate::peers::NotYet::Behind { .. } => {
+                        tracing::debug!(ingress = %ingress.name_any(), %not_yet, "not Ready until every replica routes it")
+                    }
                 }
                 settled = Settled::WaitingForPeers;
                 continue;
@@ -337,12 +333,12 @@ async fn loaded_instances(home: &Home) -> Vec<Instance> {
                 .and_then(|mut a| a.next()),
         };
         match address {
-            Some(address) => out.push(Instance {
-                name: instance.name.clone(),
-                address,
-                warm_fibers: u32::try_from(instance.warm_fibers).unwrap_or(0),
-            }),
-            None => tracing::warn!(home = %home.name_any(), instance = %instance.name, address = %instance.address, "instance address does not resolve; skipped"),
+            Some(address) => {
+                out.push(Instance { name: instance.name.clone(), address, warm_fibers: u32::try_from(instance.warm_fibers).unwrap_or(0) })
+            }
+            None => {
+                tracing::warn!(home = %home.name_any(), instance = %instance.name, address = %instance.address, "instance address does not resolve; skipped")
+            }
         }
     }
     out

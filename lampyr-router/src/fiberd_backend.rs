@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::InvokeError;
 use arc_swap::ArcSwap;
 use lampyr_abi::{Header, Request, Response};
-use crate::InvokeError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;

@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::InvokeError;
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
@@ -27,7 +28,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use lampyr_abi::{DecodeError, Header, Request, Response};
-use crate::InvokeError;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendStats, BoxFuture};
@@ -183,10 +183,8 @@ impl HttpBackend {
         };
         let mut headers = parts.headers;
         strip_hop_by_hop(&mut headers);
-        let headers = headers
-            .iter()
-            .map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() })
-            .collect();
+        let headers =
+            headers.iter().map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() }).collect();
         Ok(Response { status: parts.status.as_u16(), headers, body: body.to_vec() })
     }
 
@@ -228,16 +226,14 @@ impl Backend for HttpBackend {
 /// query (origin form; [`HttpBackend::send`] adds the upstream's address),
 /// headers minus hop-by-hop ones.
 pub(crate) fn prepare(req: Request) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
-    let method =
-        Method::from_bytes(req.method.as_bytes()).map_err(|_| unforwardable(format!("invalid method {:?}", req.method)))?;
+    let method = Method::from_bytes(req.method.as_bytes()).map_err(|_| unforwardable(format!("invalid method {:?}", req.method)))?;
     if !req.uri.starts_with('/') {
         return Err(unforwardable(format!("request target {:?} is not a path", req.uri)));
     }
     let uri = Uri::try_from(req.uri.as_str()).map_err(|e| unforwardable(format!("invalid request target {:?}: {e}", req.uri)))?;
     let mut headers = HeaderMap::with_capacity(req.headers.len());
     for h in req.headers {
-        let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| unforwardable(format!("invalid header name {:?}", h.name)))?;
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| unforwardable(format!("invalid header name {:?}", h.name)))?;
         let value = HeaderValue::from_bytes(&h.value).map_err(|_| unforwardable(format!("invalid value of header {name}")))?;
         headers.append(name, value);
     }

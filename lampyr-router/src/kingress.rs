@@ -71,11 +71,8 @@ pub fn probe_host(ingress: &Ingress) -> Option<&str> {
 /// the Route's domain). A spec that cannot be routed (an invalid header name
 /// or value) yields no route at all, never half of them.
 pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotConfigured> {
-    let name = format!(
-        "{}/{}",
-        ingress.metadata.namespace.as_deref().unwrap_or_default(),
-        ingress.metadata.name.as_deref().unwrap_or_default()
-    );
+    let name =
+        format!("{}/{}", ingress.metadata.namespace.as_deref().unwrap_or_default(), ingress.metadata.name.as_deref().unwrap_or_default());
     let invalid = |message: String| NotConfigured { reason: REASON_INVALID_SPEC, message };
     let spec_hash = hash(ingress);
     let mut out = Vec::new();
@@ -91,7 +88,8 @@ pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotCon
                 .headers
                 .iter()
                 .map(|(h, m)| {
-                    let name = HeaderName::from_bytes(h.as_bytes()).map_err(|_| invalid(format!("{}: invalid header name {h:?}", at("headers"))))?;
+                    let name = HeaderName::from_bytes(h.as_bytes())
+                        .map_err(|_| invalid(format!("{}: invalid header name {h:?}", at("headers"))))?;
                     let exact = (!m.exact.is_empty())
                         .then(|| HeaderValue::from_str(&m.exact))
                         .transpose()
@@ -108,8 +106,7 @@ pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotCon
                         namespace: split.service_namespace.clone(),
                         service: split.service_name.clone(),
                         percent: u32::try_from(split.percent.clamp(0, 100)).unwrap_or(0),
-                        append_headers: header_list(&split.append_headers, &at(&format!("splits[{k}].appendHeaders")))
-                            .map_err(invalid)?,
+                        append_headers: header_list(&split.append_headers, &at(&format!("splits[{k}].appendHeaders"))).map_err(invalid)?,
                     })
                 })
                 .collect::<Result<Vec<_>, NotConfigured>>()?;
@@ -236,16 +233,16 @@ mod tests {
         assert_eq!(ingress_class(&ingress), Some(lampyr_api::keys::FIBER_INGRESS_CLASS));
         let routes = routes(&ingress).expect("routable");
         let hosts: Vec<&str> = routes.iter().map(|(h, _)| h.as_str()).collect();
-        assert_eq!(
-            hosts,
-            ["hello.ns", "hello.ns.svc", "hello.ns.svc.cluster.local", "hello.ns.example.com", "blue-hello.ns.example.com"]
-        );
+        assert_eq!(hosts, ["hello.ns", "hello.ns.svc", "hello.ns.svc.cluster.local", "hello.ns.example.com", "blue-hello.ns.example.com"]);
         let local = &routes[0].1;
         assert_eq!((local.visibility, local.redirect_to_https), (IngressVisibility::ClusterLocal, false));
         assert_eq!(local.ingress, "ns/hello");
         let path = &local.paths[0];
         assert_eq!(path.prefix, "/");
-        assert_eq!(path.splits.iter().map(|s| (s.service.as_str(), s.percent)).collect::<Vec<_>>(), [("hello-00001", 50), ("hello-00002", 50)]);
+        assert_eq!(
+            path.splits.iter().map(|s| (s.service.as_str(), s.percent)).collect::<Vec<_>>(),
+            [("hello-00001", 50), ("hello-00002", 50)]
+        );
         let appended: Vec<(&str, &[u8])> = path.splits[1].append_headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
         assert_eq!(appended, [("knative-serving-namespace", b"ns".as_slice()), ("knative-serving-revision", b"hello-00002".as_slice())]);
         let public = &routes[3].1;

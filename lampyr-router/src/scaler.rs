@@ -144,11 +144,7 @@ struct LoadWindow {
 impl LoadWindow {
     fn new(base: Instant, granularity: Duration, len: u64) -> Self {
         let len = usize::try_from(len.max(1)).unwrap_or(usize::MAX);
-        Self {
-            base,
-            granularity,
-            buckets: vec![LoadBucket::default(); len],
-        }
+        Self { base, granularity, buckets: vec![LoadBucket::default(); len] }
     }
 
     fn index(&self, t: Instant) -> u64 {
@@ -182,11 +178,7 @@ impl LoadWindow {
             return;
         }
         if !slot.used || slot.index != k {
-            *slot = LoadBucket {
-                index: k,
-                used: true,
-                ..LoadBucket::default()
-            };
+            *slot = LoadBucket { index: k, used: true, ..LoadBucket::default() };
         }
         slot.seconds += seconds;
         slot.request_seconds += request_seconds;
@@ -197,11 +189,7 @@ impl LoadWindow {
     fn average(&self, now: Instant, n: u64) -> LoadAverage {
         let current = self.index(now);
         let (mut seconds, mut request_seconds, mut arrivals) = (0.0, 0.0, 0.0);
-        for b in self
-            .buckets
-            .iter()
-            .filter(|b| b.used && b.index <= current && current - b.index < n)
-        {
+        for b in self.buckets.iter().filter(|b| b.used && b.index <= current && current - b.index < n) {
             seconds += b.seconds;
             request_seconds += b.request_seconds;
             arrivals += b.arrivals;
@@ -209,10 +197,7 @@ impl LoadWindow {
         if seconds <= 0.0 {
             return LoadAverage::default();
         }
-        LoadAverage {
-            concurrency: request_seconds / seconds,
-            rps: arrivals / seconds,
-        }
+        LoadAverage { concurrency: request_seconds / seconds, rps: arrivals / seconds }
     }
 }
 
@@ -227,15 +212,9 @@ struct MaxWindow {
 
 impl MaxWindow {
     fn new(base: Instant, span: Duration, tick: Duration) -> Self {
-        let granularity = tick
-            .max(div_duration(span, MAX_BUCKETS))
-            .max(Duration::from_nanos(1));
+        let granularity = tick.max(div_duration(span, MAX_BUCKETS)).max(Duration::from_nanos(1));
         let len = usize::try_from(ceil_div(span, granularity).max(1)).unwrap_or(usize::MAX);
-        Self {
-            base,
-            granularity,
-            buckets: vec![None; len],
-        }
+        Self { base, granularity, buckets: vec![None; len] }
     }
 
     /// Records `value` at `now` and returns the highest value of the window ending at `now`.
@@ -249,12 +228,7 @@ impl MaxWindow {
                 _ => Some((k, value)),
             };
         }
-        self.buckets
-            .iter()
-            .flatten()
-            .filter(|(i, _)| *i <= k && k - *i < len)
-            .map(|(_, v)| *v)
-            .fold(value, u32::max)
+        self.buckets.iter().flatten().filter(|(i, _)| *i <= k && k - *i < len).map(|(_, v)| *v).fold(value, u32::max)
     }
 }
 
@@ -279,10 +253,7 @@ impl Windows {
         let panic = stable.mul_f64(panic_fraction.clamp(0.0, 1.0)).clamp(tick, stable);
         // One-second buckets when possible, finer when the panic window is shorter,
         // coarser when the stable window would need too many.
-        let granularity = PREFERRED_GRANULARITY
-            .min(panic)
-            .max(div_duration(stable, MAX_BUCKETS))
-            .max(Duration::from_nanos(1));
+        let granularity = PREFERRED_GRANULARITY.min(panic).max(div_duration(stable, MAX_BUCKETS)).max(Duration::from_nanos(1));
         let stable_buckets = ceil_div(stable, granularity).max(1);
         let panic_buckets = round_div(panic, granularity).clamp(1, stable_buckets);
         Windows { stable, panic, granularity, stable_buckets, panic_buckets }
@@ -320,8 +291,7 @@ impl Scaler {
     pub fn new(policy: ScalingPolicy, base: ScalerConfig, now: Instant) -> Self {
         let tick = tick_of(&base);
         let windows = Windows::of(&policy, tick);
-        let delay = (!policy.scale_down_delay.is_zero())
-            .then(|| MaxWindow::new(now, policy.scale_down_delay, tick));
+        let delay = (!policy.scale_down_delay.is_zero()).then(|| MaxWindow::new(now, policy.scale_down_delay, tick));
         Self {
             load: LoadWindow::new(now, windows.granularity, windows.stable_buckets),
             config: base.with_cluster(policy.cluster.as_ref()),
@@ -384,11 +354,7 @@ impl Scaler {
     pub fn record(&mut self, now: Instant, concurrency: f64, arrivals: u64) {
         let interval = now.saturating_duration_since(self.last_sample);
         self.last_sample = self.last_sample.max(now);
-        let concurrency = if concurrency.is_finite() && concurrency > 0.0 {
-            concurrency
-        } else {
-            0.0
-        };
+        let concurrency = if concurrency.is_finite() && concurrency > 0.0 { concurrency } else { 0.0 };
         if concurrency > 0.0 || arrivals > 0 {
             self.last_activity = self.last_activity.max(now);
         }
@@ -437,11 +403,7 @@ impl Scaler {
         let ready = alive.max(1.0);
         let up_limit = (ready * finite_or(self.config.max_scale_up_rate, 1000.0).max(1.0)).ceil();
         let down_rate = finite_or(self.config.max_scale_down_rate, 2.0);
-        let down_limit = if down_rate > 0.0 {
-            (alive / down_rate).floor()
-        } else {
-            alive
-        };
+        let down_limit = if down_rate > 0.0 { (alive / down_rate).floor() } else { alive };
         let limit = |want: f64| to_u32(want.max(down_limit).min(up_limit));
         let mut desired_stable = limit(want_stable);
         let mut desired_panic = limit(want_panic);
@@ -482,11 +444,7 @@ impl Scaler {
 
         desired = self.bounded(desired);
         if desired == 0 && !self.may_scale_to_zero(now) {
-            desired = if !self.config.enable_scale_to_zero || current > 0 {
-                1
-            } else {
-                0
-            };
+            desired = if !self.config.enable_scale_to_zero || current > 0 { 1 } else { 0 };
         }
         decision.desired = desired;
         decision
@@ -512,17 +470,12 @@ impl Scaler {
 
     /// Most fibers: `max-scale`, or the runtime's cap when it is 0.
     pub fn max_fibers(&self) -> u32 {
-        if self.policy.max_scale > 0 {
-            self.policy.max_scale
-        } else {
-            self.config.max_fibers.max(1)
-        }
+        if self.policy.max_scale > 0 { self.policy.max_scale } else { self.config.max_fibers.max(1) }
     }
 
     /// Requests in flight (concurrency) or per second (rps) one fiber should carry.
     pub fn per_fiber_target(&self) -> f64 {
-        let utilization =
-            finite_or(self.policy.target_utilization_percent, 70.0).clamp(0.0, 100.0) / 100.0;
+        let utilization = finite_or(self.policy.target_utilization_percent, 70.0).clamp(0.0, 100.0) / 100.0;
         let target = finite_or(self.policy.target, 0.0);
         let per_fiber = match self.policy.metric {
             // A fiber serves one request at a time: it can never carry more than 1 in flight.
@@ -545,13 +498,8 @@ impl Scaler {
 
     fn may_scale_to_zero(&self, now: Instant) -> bool {
         // Upstream waits for the longer of the two (`lastPodMaxTimeout`).
-        let idle_needed = self
-            .config
-            .scale_to_zero_grace_period
-            .max(self.policy.scale_to_zero_retention);
-        self.config.enable_scale_to_zero
-            && self.policy.min_scale == 0
-            && now.saturating_duration_since(self.last_activity) >= idle_needed
+        let idle_needed = self.config.scale_to_zero_grace_period.max(self.policy.scale_to_zero_retention);
+        self.config.enable_scale_to_zero && self.policy.min_scale == 0 && now.saturating_duration_since(self.last_activity) >= idle_needed
     }
 
     #[cfg(test)]
@@ -589,11 +537,7 @@ fn round_div(a: Duration, b: Duration) -> u64 {
 }
 
 fn ceil_tolerant(x: f64) -> f64 {
-    if x.is_finite() {
-        (x - CEIL_EPSILON * x.abs().max(1.0)).ceil().max(0.0)
-    } else {
-        0.0
-    }
+    if x.is_finite() { (x - CEIL_EPSILON * x.abs().max(1.0)).ceil().max(0.0) } else { 0.0 }
 }
 
 fn finite_or(x: f64, fallback: f64) -> f64 {
@@ -635,12 +579,7 @@ mod tests {
     impl Sim {
         fn new(policy: ScalingPolicy, config: ScalerConfig, current: u32) -> Self {
             let base = Instant::now();
-            Self {
-                scaler: Scaler::new(policy, config, base),
-                base,
-                t: Duration::ZERO,
-                current,
-            }
+            Self { scaler: Scaler::new(policy, config, base), base, t: Duration::ZERO, current }
         }
 
         fn now(&self) -> Instant {
@@ -720,11 +659,7 @@ mod tests {
         for _ in 0..60 {
             let d = sim.tick(0.7, 2);
             if d.panicking {
-                assert!(
-                    d.desired >= peak,
-                    "scaled down from {peak} to {} in panic",
-                    d.desired
-                );
+                assert!(d.desired >= peak, "scaled down from {peak} to {} in panic", d.desired);
                 peak = d.desired;
             } else {
                 exited_at = Some(sim.t);
@@ -734,14 +669,8 @@ mod tests {
         }
         let exited_at = exited_at.unwrap_or_default();
         // Panic lasts a full stable window after the condition last held.
-        assert!(
-            exited_at > last_over + secs(60),
-            "left panic at {exited_at:?}"
-        );
-        assert!(
-            exited_at <= last_over + secs(60) + TICK * 4,
-            "left panic at {exited_at:?}"
-        );
+        assert!(exited_at > last_over + secs(60), "left panic at {exited_at:?}");
+        assert!(exited_at <= last_over + secs(60) + TICK * 4, "left panic at {exited_at:?}");
         // Eventually back to one fiber (scale-down rate halves per tick).
         assert_eq!(sim.run(30, 0.7, 2).desired, 1);
     }
@@ -777,12 +706,7 @@ mod tests {
             assert!(sim.t < drop_at + secs(60), "never scaled down");
         }
         // The last decision for 5 was at drop_at; it is held while less than 20 s old.
-        assert_eq!(
-            last_five - drop_at,
-            secs(18),
-            "held for {:?}",
-            last_five - drop_at
-        );
+        assert_eq!(last_five - drop_at, secs(18), "held for {:?}", last_five - drop_at);
         assert_eq!(sim.run(20, 0.7, 0).desired, 1);
 
         // Without the delay the same drop is followed at once (rate-limited).
@@ -803,45 +727,25 @@ mod tests {
         p.min_scale = 2;
         p.max_scale = 3;
         let mut sim = Sim::new(p.clone(), ScalerConfig::default(), 2);
-        assert_eq!(
-            sim.run(60, 0.0, 0).desired,
-            2,
-            "min-scale holds without traffic"
-        );
+        assert_eq!(sim.run(60, 0.0, 0).desired, 2, "min-scale holds without traffic");
         assert_eq!(sim.run(60, 100.0, 1000).desired, 3, "max-scale caps");
 
         p.min_scale = 0;
         p.max_scale = 0;
-        let config = ScalerConfig {
-            max_fibers: 7,
-            ..ScalerConfig::default()
-        };
+        let config = ScalerConfig { max_fibers: 7, ..ScalerConfig::default() };
         let mut sim = Sim::new(p, config, 1);
-        assert_eq!(
-            sim.run(60, 100.0, 1000).desired,
-            7,
-            "runtime cap when max-scale is 0"
-        );
+        assert_eq!(sim.run(60, 100.0, 1000).desired, 7, "runtime cap when max-scale is 0");
     }
 
     #[test]
     fn initial_scale_within_bounds() {
         let base = Instant::now();
         let mut p = policy();
-        assert_eq!(
-            Scaler::new(p.clone(), ScalerConfig::default(), base).initial(),
-            1
-        );
+        assert_eq!(Scaler::new(p.clone(), ScalerConfig::default(), base).initial(), 1);
         p.initial_scale = 0;
-        assert_eq!(
-            Scaler::new(p.clone(), ScalerConfig::default(), base).initial(),
-            0
-        );
+        assert_eq!(Scaler::new(p.clone(), ScalerConfig::default(), base).initial(), 0);
         p.min_scale = 2;
-        assert_eq!(
-            Scaler::new(p.clone(), ScalerConfig::default(), base).initial(),
-            2
-        );
+        assert_eq!(Scaler::new(p.clone(), ScalerConfig::default(), base).initial(), 2);
         p.initial_scale = 10;
         p.max_scale = 4;
         assert_eq!(Scaler::new(p, ScalerConfig::default(), base).initial(), 4);
@@ -888,19 +792,9 @@ mod tests {
         loop {
             let d = sim.tick(0.0, 0);
             if sim.t < last_traffic + secs(40) {
-                assert_eq!(
-                    d.desired,
-                    1,
-                    "scaled to zero {:?} after traffic",
-                    sim.t - last_traffic
-                );
+                assert_eq!(d.desired, 1, "scaled to zero {:?} after traffic", sim.t - last_traffic);
             } else {
-                assert_eq!(
-                    d.desired,
-                    0,
-                    "still up {:?} after traffic",
-                    sim.t - last_traffic
-                );
+                assert_eq!(d.desired, 0, "still up {:?} after traffic", sim.t - last_traffic);
                 break;
             }
         }
@@ -916,18 +810,11 @@ mod tests {
         assert_eq!(sim.tick(0.0, 0).desired, 0, "at 30 s");
 
         // Not at all when the cluster disables it, or min-scale is set.
-        let config = ScalerConfig {
-            enable_scale_to_zero: false,
-            ..ScalerConfig::default()
-        };
+        let config = ScalerConfig { enable_scale_to_zero: false, ..ScalerConfig::default() };
         let mut sim = Sim::new(p.clone(), config.clone(), 1);
         assert_eq!(sim.run(100, 0.0, 0).desired, 1);
         let mut sim = Sim::new(p.clone(), config, 0);
-        assert_eq!(
-            sim.run(1, 0.0, 0).desired,
-            1,
-            "scale-to-zero disabled starts a fiber"
-        );
+        assert_eq!(sim.run(1, 0.0, 0).desired, 1, "scale-to-zero disabled starts a fiber");
         p.min_scale = 1;
         let mut sim = Sim::new(p, ScalerConfig::default(), 1);
         assert_eq!(sim.run(100, 0.0, 0).desired, 1);
@@ -1026,11 +913,7 @@ mod tests {
         let mut s = Scaler::new(policy(), ScalerConfig::default(), base);
         assert_eq!(s.decide(base + secs(2), 4).desired, 4);
         assert_eq!(s.decide(base + secs(600), 3).desired, 3);
-        assert_eq!(
-            s.decide(base + secs(600), 0).desired,
-            1,
-            "initial scale being started"
-        );
+        assert_eq!(s.decide(base + secs(600), 0).desired, 1, "initial scale being started");
         let mut p = policy();
         p.initial_scale = 0;
         let mut s = Scaler::new(p, ScalerConfig::default(), base);
@@ -1063,23 +946,14 @@ mod tests {
 
         let mut bounded = p.clone();
         bounded.max_scale = 2;
-        assert_eq!(
-            Scaler::new(bounded, ScalerConfig::default(), base).activate(t),
-            2
-        );
+        assert_eq!(Scaler::new(bounded, ScalerConfig::default(), base).activate(t), 2);
         let mut zero = p.clone();
         zero.activation_scale = 0;
-        assert_eq!(
-            Scaler::new(zero, ScalerConfig::default(), base).activate(t),
-            1
-        );
+        assert_eq!(Scaler::new(zero, ScalerConfig::default(), base).activate(t), 1);
         let mut min = p;
         min.activation_scale = 1;
         min.min_scale = 2;
-        assert_eq!(
-            Scaler::new(min, ScalerConfig::default(), base).activate(t),
-            2
-        );
+        assert_eq!(Scaler::new(min, ScalerConfig::default(), base).activate(t), 2);
     }
 
     #[test]
@@ -1102,10 +976,7 @@ mod tests {
 
     #[test]
     fn scale_up_rate_limit() {
-        let config = ScalerConfig {
-            max_scale_up_rate: 2.0,
-            ..ScalerConfig::default()
-        };
+        let config = ScalerConfig { max_scale_up_rate: 2.0, ..ScalerConfig::default() };
         let mut sim = Sim::new(policy(), config, 2);
         sim.run(30, 1.4, 0);
         // 14 in flight wants 20 fibers; at most double per decision.
@@ -1118,10 +989,7 @@ mod tests {
     #[test]
     fn scale_up_rate_allows_one_more_fiber() {
         // A rate close to 1 still grows by at least one fiber.
-        let config = ScalerConfig {
-            max_scale_up_rate: 1.1,
-            ..ScalerConfig::default()
-        };
+        let config = ScalerConfig { max_scale_up_rate: 1.1, ..ScalerConfig::default() };
         let mut sim = Sim::new(policy(), config, 2);
         sim.run(30, 1.4, 0);
         assert_eq!(sim.tick(2.1, 0).desired, 3);

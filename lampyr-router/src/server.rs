@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::InvokeError;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -24,7 +25,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use lampyr_abi::Header;
-use crate::InvokeError;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -368,11 +368,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
 }
 
-async fn to_guest_request(
-    req: hyper::Request<Incoming>,
-    max_body: u64,
-    deadline: Instant,
-) -> Result<lampyr_abi::Request, Resp> {
+async fn to_guest_request(req: hyper::Request<Incoming>, max_body: u64, deadline: Instant) -> Result<lampyr_abi::Request, Resp> {
     let (parts, body) = req.into_parts();
     let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
     let declared = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -385,11 +381,8 @@ async fn to_guest_request(
         Ok(Err(e)) => return Err(text(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}\n"))),
         Err(_) => return Err(text(StatusCode::GATEWAY_TIMEOUT, "the request body did not arrive before the deadline\n")),
     };
-    let mut headers: Vec<Header> = parts
-        .headers
-        .iter()
-        .map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() })
-        .collect();
+    let mut headers: Vec<Header> =
+        parts.headers.iter().map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() }).collect();
     // HTTP/2 carries the host as :authority; guests see it as Host either way.
     if !parts.headers.contains_key(http::header::HOST)
         && let Some(authority) = parts.uri.authority()

@@ -246,11 +246,7 @@ mod tests {
     #[test]
     fn traffic_rolls_map_onto_percentages() {
         let table = RouteTable::default();
-        let svc = ServiceRoute {
-            namespace: "ns".into(),
-            name: "s".into(),
-            traffic: vec![("a".into(), 90), ("b".into(), 10)],
-        };
+        let svc = ServiceRoute { namespace: "ns".into(), name: "s".into(), traffic: vec![("a".into(), 90), ("b".into(), 10)] };
         // No revisions loaded: nothing to pick, but the walk must not panic.
         assert!(table.pick(&svc, 95).is_none());
     }
@@ -268,7 +264,8 @@ mod tests {
             rewrite_host: None,
             splits: vec![split("blue", 100)],
         };
-        let present = PathRoute { headers: vec![(HeaderName::from_static("x-any"), None)], splits: vec![split("any", 0)], ..tagged.clone() };
+        let present =
+            PathRoute { headers: vec![(HeaderName::from_static("x-any"), None)], splits: vec![split("any", 0)], ..tagged.clone() };
         let api = PathRoute { prefix: "/api".into(), headers: vec![], splits: vec![split("a", 30), split("b", 70)], ..tagged.clone() };
         let rest = PathRoute { prefix: "/".into(), headers: vec![], splits: vec![split("rest", 100)], ..tagged.clone() };
         let host = HostRoute {
@@ -300,7 +297,13 @@ mod tests {
     #[test]
     fn hosts_match_without_port_or_case_and_the_first_route_wins() {
         let route = |ingress: &str| {
-            Arc::new(HostRoute { ingress: ingress.into(), visibility: IngressVisibility::ClusterLocal, redirect_to_https: false, paths: vec![], hash: String::new() })
+            Arc::new(HostRoute {
+                ingress: ingress.into(),
+                visibility: IngressVisibility::ClusterLocal,
+                redirect_to_https: false,
+                paths: vec![],
+                hash: String::new(),
+            })
         };
         let mut table = RouteTable::default();
         assert!(table.insert_host("Hello.NS.svc.cluster.local", route("ns/first")));

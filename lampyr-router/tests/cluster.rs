@@ -20,8 +20,8 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use lampyr_api::conditions::KnativeStatus;
 use lampyr_api::keys::FIBER_INGRESS_CLASS;
 use lampyr_api::networking::Ingress;
@@ -606,7 +606,9 @@ async fn a_kingress_of_the_fiber_class_splits_tags_and_keeps_cluster_local_hosts
     // 400 draws at p = 0.5: sd 10; 160..=240 is 4 sd either side.
     assert!((160..=240).contains(&to_a), "50/50 split measured {to_a}/{to_b}");
 
-    for (addr, host) in [(router.public, format!("blue-hello.{ns}.example.com")), (router.internal, format!("blue-hello.{ns}.svc.cluster.local"))] {
+    for (addr, host) in
+        [(router.public, format!("blue-hello.{ns}.example.com")), (router.internal, format!("blue-hello.{ns}.svc.cluster.local"))]
+    {
         for _ in 0..10 {
             let ans = by_host(&c, addr, &host, "/").await;
             assert_eq!((ans.status, ans.name.as_str(), ans.field("tag")), (200, "b", "blue"), "tag host {host}: {}", ans.text);
@@ -624,7 +626,10 @@ async fn a_kingress_of_the_fiber_class_splits_tags_and_keeps_cluster_local_hosts
         .send()
         .await
         .expect("probe");
-    assert_eq!((probe.status().as_u16(), probe.headers().get("k-network-hash").map(|v| v.as_bytes().to_vec())), (200, Some(b"h1".to_vec())));
+    assert_eq!(
+        (probe.status().as_u16(), probe.headers().get("k-network-hash").map(|v| v.as_bytes().to_vec())),
+        (200, Some(b"h1".to_vec()))
+    );
 
     // A new generation: all traffic to hello-a.
     let mut current = ingresses.get("hello").await.expect("read KIngress");
@@ -652,7 +657,8 @@ async fn a_kingress_of_another_class_is_left_alone() {
     let router = start_router(client.clone(), ClusterConfig::new(SERVICE_DNS)).await;
     let mut other = kingress(&ns, 50, 50);
     other.metadata.name = Some("kourier".into());
-    other.metadata.annotations = Some([("networking.knative.dev/ingress.class".to_string(), "kourier.ingress.networking.knative.dev".to_string())].into());
+    other.metadata.annotations =
+        Some([("networking.knative.dev/ingress.class".to_string(), "kourier.ingress.networking.knative.dev".to_string())].into());
     let api = Api::<Ingress>::namespaced(client.clone(), &ns);
     api.create(&PostParams::default(), &other).await.expect("create KIngress");
     // A KIngress of ours created after it is programmed: by then the other one has been seen too.

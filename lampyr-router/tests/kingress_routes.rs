@@ -107,8 +107,14 @@ async fn kingress_paths_headers_rewrites_and_redirects() {
     let mut redirecting = host("ns/secure", IngressVisibility::ExternalIp, vec![path("/", vec![split("hello-1", "hello-1")])]);
     Arc::make_mut(&mut redirecting).redirect_to_https = true;
     table.insert_host("secure.example.org", redirecting);
-    table.insert_host("ghost.ns.svc.cluster.local", host("ns/ghost", IngressVisibility::ClusterLocal, vec![path("/", vec![split("ghost-1", "ghost-1")])]));
-    table.insert_host("narrow.ns.svc.cluster.local", host("ns/narrow", IngressVisibility::ClusterLocal, vec![path("/only", vec![split("hello-1", "hello-1")])]));
+    table.insert_host(
+        "ghost.ns.svc.cluster.local",
+        host("ns/ghost", IngressVisibility::ClusterLocal, vec![path("/", vec![split("ghost-1", "ghost-1")])]),
+    );
+    table.insert_host(
+        "narrow.ns.svc.cluster.local",
+        host("ns/narrow", IngressVisibility::ClusterLocal, vec![path("/only", vec![split("hello-1", "hello-1")])]),
+    );
     let addr = serve(table).await;
     let c = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
     let get = |host: &'static str, path: &'static str, tag: Option<&'static str>| {

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_router::metrics::render;
 use lampyr_router::metrics::RouterMetrics;
+use lampyr_router::metrics::render;
 use prometheus_client::registry::Registry;
 
 fn registered() -> BTreeSet<String> {

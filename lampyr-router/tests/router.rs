@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lampyr_abi::Env;
+use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_artifact::{VerifiedArtifact, verify_layout};
+use lampyr_fiber::LocalBackend;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
-use lampyr_fiber::LocalBackend;
 use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
 use prometheus_client::registry::Registry;
@@ -33,11 +33,7 @@ fn policy(max_scale: u32, timeout: Duration) -> FiberPolicy {
 }
 
 fn fast_scaler() -> ScalerConfig {
-    ScalerConfig {
-        tick: Duration::from_millis(100),
-        scale_to_zero_grace_period: Duration::from_millis(600),
-        ..ScalerConfig::default()
-    }
+    ScalerConfig { tick: Duration::from_millis(100), scale_to_zero_grace_period: Duration::from_millis(600), ..ScalerConfig::default() }
 }
 
 struct Rev {
@@ -52,7 +48,11 @@ async fn entry(rev: Rev, metrics: &RuntimeMetrics) -> (RevisionEntry, Arc<LocalB
     let env = Env { vars: rev.env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Env::default() };
     let template = Template::load(&rev.artifact, &env).expect("template");
     let max = if rev.policy.scaling.max_scale == 0 { 8 } else { rev.policy.scaling.max_scale as usize };
-    let pool = FiberPool::new(template, PoolConfig { revision: rev.name.into(), max_fibers: max, queue_capacity: rev.queue, capacity: None }, metrics.clone());
+    let pool = FiberPool::new(
+        template,
+        PoolConfig { revision: rev.name.into(), max_fibers: max, queue_capacity: rev.queue, capacity: None },
+        metrics.clone(),
+    );
     let backend = LocalBackend::start(pool, rev.policy.scaling.clone(), fast_scaler()).await.expect("backend");
     let entry = RevisionEntry::new("default", rev.name, rev.policy, backend.clone());
     (entry, backend)
@@ -99,7 +99,8 @@ async fn routes_by_host_and_headers_and_splits_traffic_90_10() {
     let metrics = RuntimeMetrics::default();
     let mut table = RouteTable::default();
     for (name, target) in [("hello-00001", "one"), ("hello-00002", "two")] {
-        let rev = Rev { name, artifact: hello.clone(), env: vec![("TARGET", target)], policy: policy(4, Duration::from_secs(30)), queue: 64 };
+        let rev =
+            Rev { name, artifact: hello.clone(), env: vec![("TARGET", target)], policy: policy(4, Duration::from_secs(30)), queue: 64 };
         table.insert_revision(entry(rev, &metrics).await.0);
     }
     table.insert_service(ServiceRoute {
@@ -228,7 +229,13 @@ async fn limits_timeouts_and_a_crashing_revision_do_not_hurt_the_others() {
     let (status, _) = queued.await.expect("joins");
     assert!(status == 200 || status == 504, "the queued request is served or times out at its deadline: {status}");
 
-    let big = c.post(format!("http://{addr}/")).header("host", "hello.default.localhost").body(vec![0u8; 64 * 1024 + 1]).send().await.expect("response");
+    let big = c
+        .post(format!("http://{addr}/"))
+        .header("host", "hello.default.localhost")
+        .body(vec![0u8; 64 * 1024 + 1])
+        .send()
+        .await
+        .expect("response");
     assert_eq!(big.status().as_u16(), 413);
 }
 
@@ -259,7 +266,9 @@ async fn a_client_that_disconnects_frees_its_fiber() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spin = artifact(test_guest_elf("spin"), &dir, "spin");
     let metrics = RuntimeMetrics::default();
-    let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(1, Duration::from_secs(300)), queue: 4 }, &metrics).await;
+    let (e, backend) =
+        entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(1, Duration::from_secs(300)), queue: 4 }, &metrics)
+            .await;
     let mut table = RouteTable::default();
     add_sole_revision(&mut table, "spin", e);
     let (_router, addr) = serve(table).await;
@@ -278,7 +287,8 @@ async fn in_flight_requests_never_exceed_the_fiber_limit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spin = artifact(test_guest_elf("spin"), &dir, "spin");
     let metrics = RuntimeMetrics::default();
-    let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 8 }, &metrics).await;
+    let (e, backend) =
+        entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 8 }, &metrics).await;
     let mut table = RouteTable::default();
     add_sole_revision(&mut table, "spin", e);
     let (_router, addr) = serve(table).await;
@@ -309,7 +319,8 @@ async fn shutdown_stops_accepting_and_drains_requests_in_flight() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spin = artifact(test_guest_elf("spin"), &dir, "spin");
     let metrics = RuntimeMetrics::default();
-    let (e, backend) = entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 4 }, &metrics).await;
+    let (e, backend) =
+        entry(Rev { name: "spin-00001", artifact: spin, env: vec![], policy: policy(2, Duration::from_secs(2)), queue: 4 }, &metrics).await;
     let mut table = RouteTable::default();
     add_sole_revision(&mut table, "spin", e);
     let router = Router::new(RouterConfig { drain_timeout: Duration::from_secs(10), ..RouterConfig::default() }, Registry::default());

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
 use lampyr_artifact::reference::Repository;
-use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_artifact::registry::RegistryClient;
 use lampyr_artifact::seal::{FleetKey, seal_artifact};
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 
 use crate::guests::{conformance_guest_elf, example_elf, test_guest_elf};
 use crate::registry::TestRegistry;
@@ -72,8 +72,7 @@ fn cached_artifact(key: &str, max_body: u64, elf: impl FnOnce() -> PathBuf) -> A
             let layout = root.join(format!("{key}-{max_body}"));
             let _ = std::fs::remove_dir_all(&layout);
             let opts = BuildOptions { max_body, heap_size: None };
-            let artifact =
-                build_artifact(&elf(), &layout, &opts).unwrap_or_else(|e| panic!("building {key}'s artifact: {e}"));
+            let artifact = build_artifact(&elf(), &layout, &opts).unwrap_or_else(|e| panic!("building {key}'s artifact: {e}"));
             Artifact { layout, digest: artifact.digest }
         })
         .clone()

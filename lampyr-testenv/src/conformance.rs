@@ -111,7 +111,9 @@ pub fn disagreements(suite: &SuiteResults, reasons: &Reasons) -> Vec<String> {
     for (test, outcome) in &suite.results {
         match (reason_for(explained, test, *outcome).map(|(r, _)| r), outcome) {
             (None, Outcome::Pass) => {}
-            (None, other) => problems.push(format!("{}: {test}: {} with no reason in docs/conformance-reasons.yaml", suite.name, other.word())),
+            (None, other) => {
+                problems.push(format!("{}: {test}: {} with no reason in docs/conformance-reasons.yaml", suite.name, other.word()))
+            }
             (Some(reason), other) if reason.outcome != other.word() => problems.push(format!(
                 "{}: {test}: {}, but docs/conformance-reasons.yaml explains `{}` ({})",
                 suite.name,
@@ -234,7 +236,10 @@ panic: runtime error
         assert!(problems[0].contains("TestC: skip, but") && problems[1].contains("TestD: did not finish with no reason"), "{problems:?}");
         assert!(problems[2].contains("TestGone: has a reason but did not run"), "{problems:?}");
         let table = render(&suite, &reasons);
-        assert!(table.contains("| `TestB` | fail (missing) | because |") && table.contains("| ↳ two | fail (missing) | as above |"), "{table}");
+        assert!(
+            table.contains("| `TestB` | fail (missing) | because |") && table.contains("| ↳ two | fail (missing) | as above |"),
+            "{table}"
+        );
         assert!(table.contains("| ↳ one | pass |  |"), "a passing child inherits nothing: {table}");
         assert!(table.contains("**4 tests: 1 pass (1 of them vacuously), 1 fail, 1 skip, 1 did not finish.**"), "{table}");
         suite.units = Some(vec!["TestB/one".into(), "TestB/two".into()]);
@@ -244,7 +249,8 @@ panic: runtime error
     #[test]
     fn the_reasons_file_parses_and_every_reason_has_a_known_kind_and_outcome() {
         let path = crate::repo_root().join("docs/conformance-reasons.yaml");
-        let reasons: Reasons = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap_or_default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let reasons: Reasons =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap_or_default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(["serving-api", "serving-runtime", "kingress"].iter().all(|s| reasons.contains_key(*s)), "{:?}", reasons.keys());
         for (test, reason) in reasons.values().flatten() {
             assert!(["limit", "missing", "vacuous", "environment"].contains(&reason.kind.as_str()), "{test}: kind {}", reason.kind);

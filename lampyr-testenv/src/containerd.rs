@@ -176,9 +176,7 @@ impl Containerd {
             command.args(["--env", env]);
         }
         command.arg(image).arg(&id).args(args);
-        command
-            .output()
-            .map_err(|e| format!("running ctr run: {e} (run scripts/setup: it installs Debian's containerd)"))
+        command.output().map_err(|e| format!("running ctr run: {e} (run scripts/setup: it installs Debian's containerd)"))
     }
 
     /// Kills containerd, its shims and their containers, unmounts and removes the data directory. Idempotent.
@@ -208,10 +206,7 @@ impl Containerd {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "containerd did not answer within {READY_TIMEOUT:?}; its log:\n{}",
-                    self.log_tail(30)
-                ));
+                return Err(format!("containerd did not answer within {READY_TIMEOUT:?}; its log:\n{}", self.log_tail(30)));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -300,15 +295,10 @@ fn shims_of(address: &Path) -> Vec<Shim> {
     let address = address.to_string_lossy();
     let mut shims = Vec::new();
     for (pid, args) in processes() {
-        let is_shim =
-            args.first().is_some_and(|a| a.rsplit('/').next().is_some_and(|n| n.starts_with("containerd-shim")));
+        let is_shim = args.first().is_some_and(|a| a.rsplit('/').next().is_some_and(|n| n.starts_with("containerd-shim")));
         let flag = |name: &str| args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone());
         if is_shim && flag("-address").as_deref() == Some(address.as_ref()) {
-            shims.push(Shim {
-                pid,
-                namespace: flag("-namespace").unwrap_or_default(),
-                id: flag("-id").unwrap_or_default(),
-            });
+            shims.push(Shim { pid, namespace: flag("-namespace").unwrap_or_default(), id: flag("-id").unwrap_or_default() });
         }
     }
     shims
@@ -346,8 +336,7 @@ fn parent_and_state(pid: u32) -> Option<(u32, char)> {
 
 /// Every descendant of `roots`, children before their parents' parents.
 fn descendants(roots: &[u32]) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> =
-        processes().into_iter().filter_map(|(pid, _)| Some((pid, parent_and_state(pid)?.0))).collect();
+    let parents: Vec<(u32, u32)> = processes().into_iter().filter_map(|(pid, _)| Some((pid, parent_and_state(pid)?.0))).collect();
     let mut found = Vec::new();
     let mut frontier = roots.to_vec();
     while let Some(parent) = frontier.pop() {
@@ -418,8 +407,7 @@ fn unescape_mount_path(field: &str) -> String {
 /// Detaches every mount under `dir`, deepest first, until none is left.
 pub(crate) fn unmount_under(dir: &Path) -> Result<(), String> {
     for _ in 0..5 {
-        let mountinfo =
-            std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("reading mountinfo: {e}"))?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("reading mountinfo: {e}"))?;
         let mounts = mounts_under(dir, &mountinfo);
         if mounts.is_empty() {
             return Ok(());

@@ -101,13 +101,7 @@ impl CrateGraph {
 
     /// The workspace crates `krate` depends on directly (normal dependencies).
     pub fn member_deps(&self, krate: &str) -> Vec<&str> {
-        self.edges
-            .get(krate)
-            .into_iter()
-            .flatten()
-            .filter(|d| self.members.contains_key(*d))
-            .map(String::as_str)
-            .collect()
+        self.edges.get(krate).into_iter().flatten().filter(|d| self.members.contains_key(*d)).map(String::as_str).collect()
     }
 
     /// `docs/crates.md`: a table of the crates and a Mermaid graph of their edges.

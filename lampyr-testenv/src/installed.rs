@@ -75,9 +75,7 @@ fn component(name: &'static str, binary: PathBuf, address_flag: &'static str) ->
                 None => command.arg(sandbox.localize(arg)),
             };
         }
-        command
-            .arg(format!("{address}127.0.0.1:{}", sandbox.port))
-            .arg(format!("--kubeconfig={}", sandbox.kubeconfig.display()));
+        command.arg(format!("{address}127.0.0.1:{}", sandbox.port)).arg(format!("--kubeconfig={}", sandbox.kubeconfig.display()));
         Ok(command)
     };
     PodProgram {
@@ -141,10 +139,7 @@ impl crate::Serving for InstalledLampyr {
             .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains("lampyr-system")))
             .collect();
         logs.sort();
-        logs.iter()
-            .map(|p| format!("--- {}:\n{}", p.display(), crate::cluster::log_tail(p, 15)))
-            .collect::<Vec<_>>()
-            .join("\n")
+        logs.iter().map(|p| format!("--- {}:\n{}", p.display(), crate::cluster::log_tail(p, 15))).collect::<Vec<_>>().join("\n")
     }
 }
 

@@ -90,13 +90,7 @@ pub trait Serving: Sync {
 
 /// A Knative Service running `artifact` (a digest-pinned reference) with
 /// `TARGET=target`, one request per fiber, and `traffic` when given.
-pub fn knative_service(
-    namespace: &str,
-    name: &str,
-    artifact: &str,
-    target: &str,
-    traffic: Option<serde_json::Value>,
-) -> serde_json::Value {
+pub fn knative_service(namespace: &str, name: &str, artifact: &str, target: &str, traffic: Option<serde_json::Value>) -> serde_json::Value {
     let mut service = json!({
         "apiVersion": "serving.knative.dev/v1", "kind": "Service",
         "metadata": { "name": name, "namespace": namespace },

@@ -28,10 +28,7 @@ impl TestRegistry {
     ///
     /// Panics, with the fix or the registry's log, when it cannot be started.
     pub fn start() -> Self {
-        assert!(
-            Path::new(BINARY).is_file(),
-            "docker-registry not found: run scripts/setup (installs Debian's docker-registry)"
-        );
+        assert!(Path::new(BINARY).is_file(), "docker-registry not found: run scripts/setup (installs Debian's docker-registry)");
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
@@ -53,10 +50,7 @@ impl TestRegistry {
     ///
     /// Panics with the registry's log when it cannot be started.
     pub fn start_in(placement: &Placement, port: u16) -> Self {
-        assert!(
-            Path::new(BINARY).is_file(),
-            "docker-registry not found: run scripts/setup (installs Debian's docker-registry)"
-        );
+        assert!(Path::new(BINARY).is_file(), "docker-registry not found: run scripts/setup (installs Debian's docker-registry)");
         let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
         let addr = SocketAddr::new(placement.address, port);
         let child = spawn(dir.path(), addr, Some(placement));

@@ -97,7 +97,8 @@ impl RuntimeImages {
     pub async fn push(&self, registry: &str) -> Result<(), String> {
         for image in &self.images {
             let (target, plain_http) = lampyr_images::mirror_reference(registry, &image.reference).map_err(|e| e.to_string())?;
-            let pushed = lampyr_images::push(&image.layout, &target, plain_http).await.map_err(|e| format!("pushing {}: {e}", image.reference))?;
+            let pushed =
+                lampyr_images::push(&image.layout, &target, plain_http).await.map_err(|e| format!("pushing {}: {e}", image.reference))?;
             if !pushed.ends_with(&image.digest) {
                 return Err(format!("{} was pushed as {pushed}, not with its digest {}", image.reference, image.digest));
             }

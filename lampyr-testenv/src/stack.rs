@@ -20,8 +20,7 @@ use crate::registry::TestRegistry;
 /// The fiber-router's Service name every per-Revision ExternalName Service names.
 pub const ROUTER_SERVICE: &str = "fiber-router.lampyr-system.svc.cluster.local";
 /// The grant image lampyr-controller writes into grants (never pulled: no kubelet).
-pub const GRANT_IMAGE: &str =
-    "registry.example.com/lampyr/fiberd@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+pub const GRANT_IMAGE: &str = "registry.example.com/lampyr/fiberd@sha256:1111111111111111111111111111111111111111111111111111111111111111";
 /// The helper image lampyr-controller writes into grants.
 pub const HELPER_IMAGE: &str =
     "registry.example.com/lampyr/fiberd-helper@sha256:2222222222222222222222222222222222222222222222222222222222222222";
@@ -62,9 +61,7 @@ impl LampyrStack {
     async fn start() -> Result<LampyrStack, String> {
         let cluster = Cluster::shared();
         let root = repo_root();
-        cluster
-            .apply_files(&[root.join("config/crd/lampyr.yaml"), root.join("config/fiberd-k8s-controller.yaml")])
-            .await?;
+        cluster.apply_files(&[root.join("config/crd/lampyr.yaml"), root.join("config/fiberd-k8s-controller.yaml")]).await?;
         let client = cluster.client().await;
         let policy = json!({
             "apiVersion": "fiber.lampyr.dev/v1alpha1", "kind": "GrantPolicy",
@@ -129,7 +126,13 @@ impl LampyrStack {
             .arg(format!("--grant-image={GRANT_IMAGE}"))
             .arg(format!("--helper-image={HELPER_IMAGE}"))
             .arg(format!("--plain-http-registry={}", self.registry.host()))
-            .args(["--metrics-addr=127.0.0.1:0", "--leader-elect=true", "--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms"]);
+            .args([
+                "--metrics-addr=127.0.0.1:0",
+                "--leader-elect=true",
+                "--lease-duration=3s",
+                "--renew-deadline=2s",
+                "--retry-period=500ms",
+            ]);
         *slot = Some(spawn(self.cluster, "lampyr-controller", command)?);
         Ok(())
     }
@@ -216,9 +219,7 @@ fn spawn(cluster: &Cluster, name: &'static str, command: Command) -> Result<Proc
 
 fn grant_controller_command(kubeconfig: &std::path::Path) -> Command {
     let mut command = Command::new(workspace_binary("lampyr-reconcile", "fiberd-k8s-controller"));
-    command
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["--metrics-addr=127.0.0.1:0", "--leader-elect=false"]);
+    command.arg(format!("--kubeconfig={}", kubeconfig.display())).args(["--metrics-addr=127.0.0.1:0", "--leader-elect=false"]);
     command
 }
 

@@ -158,9 +158,7 @@ async fn a_service_is_defaulted_and_reconciled_into_configuration_route_and_revi
     // parent reports Ready=Unknown, waiting for it, at the generation it saw.
     let service = wait_for(&apis.services, "hello", "status observed", |s| {
         // The Configuration's and the Route's parts arrive in separate writes.
-        s.status.as_ref().is_some_and(|st| {
-            st.observed_generation == 1 && !st.latest_created_revision_name.is_empty() && st.url.is_some()
-        })
+        s.status.as_ref().is_some_and(|st| st.observed_generation == 1 && !st.latest_created_revision_name.is_empty() && st.url.is_some())
     })
     .await;
     let status = service.status.expect("status");
@@ -253,7 +251,8 @@ async fn kubectl_apply_creates_and_updates_a_service() {
     let revision = wait_for(&apis.revisions, "hello-00002", "second Revision", |_| true).await;
     assert_eq!(revision.spec.containers[0].image.as_deref(), Some(second_image.as_str()));
 
-    let output = cluster.kubectl().args(["get", "ksvc,configuration,route,revision", "-n", &ns, "-o", "name"]).output().expect("kubectl get");
+    let output =
+        cluster.kubectl().args(["get", "ksvc,configuration,route,revision", "-n", &ns, "-o", "name"]).output().expect("kubectl get");
     let listed = String::from_utf8_lossy(&output.stdout);
     for expected in [
         "service.serving.knative.dev/hello",

@@ -12,10 +12,7 @@ use serde_json::json;
 const ARTIFACT: &str = "registry.example.com/hello@sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
 async fn install(cluster: &Cluster) {
-    cluster
-        .apply_files(&[repo_root().join("config/crd/lampyr.yaml")])
-        .await
-        .unwrap_or_else(|e| panic!("installing Lampyr's CRDs: {e}"));
+    cluster.apply_files(&[repo_root().join("config/crd/lampyr.yaml")]).await.unwrap_or_else(|e| panic!("installing Lampyr's CRDs: {e}"));
 }
 
 fn home(name: &str, spec: serde_json::Value) -> Home {

@@ -89,7 +89,9 @@ fn a_real_node_runs_pods_routes_services_answers_dns_and_leaves_nothing_behind()
     assert!(labels.contains(r#""lampyr.dev/kvm":"true""#), "{labels}");
 
     // A web server Pod behind a NodePort Service, reached from the test process.
-    apply(&node, &json!({ "apiVersion": "v1", "kind": "List", "items": [
+    apply(
+        &node,
+        &json!({ "apiVersion": "v1", "kind": "List", "items": [
         { "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "www", "namespace": "default" },
           "data": { "index.html": "hello from a pod\n" } },
         { "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "web", "namespace": "default" },
@@ -104,13 +106,17 @@ fn a_real_node_runs_pods_routes_services_answers_dns_and_leaves_nothing_behind()
         { "apiVersion": "v1", "kind": "Service", "metadata": { "name": "web", "namespace": "default" },
           "spec": { "type": "NodePort", "selector": { "app": "web" },
                     "ports": [{ "port": 80, "targetPort": 8080, "nodePort": 30081 }] } },
-    ] }));
+    ] }),
+    );
     let url = format!("{}/index.html", node.node_port_url(30081));
     let body = poll(&node, "the NodePort answering", || get(&url));
     assert_eq!(body, "hello from a pod\n");
 
     // From a Pod: cluster DNS resolves the Service, and its ClusterIP routes to the web Pod.
-    apply(&node, &job_pod("client", &busybox, &["sh", "-c", "nslookup web.default.svc.cluster.local && wget -q -O - http://web/index.html"]));
+    apply(
+        &node,
+        &job_pod("client", &busybox, &["sh", "-c", "nslookup web.default.svc.cluster.local && wget -q -O - http://web/index.html"]),
+    );
     let (ok, log) = finished(&node, "client");
     assert!(ok, "the client Pod failed:\n{log}");
     assert!(log.contains("hello from a pod"), "{log}");

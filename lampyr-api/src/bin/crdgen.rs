@@ -16,10 +16,7 @@ fn main() -> ExitCode {
         }
     };
     let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(yaml.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    match stdout.write_all(yaml.as_bytes()).and_then(|()| stdout.flush()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("crdgen: {e}");

@@ -13,10 +13,7 @@ pub const REASON_REVISION_DELETED: &str = "RevisionDeleted";
 
 /// Message of [`REASON_REVISION_FAILED`] when the latest created Revision failed.
 pub fn latest_created_failed_message(name: &str, message: &str) -> String {
-    format!(
-        "Revision {} failed with message: {message}.",
-        go_quote(name)
-    )
+    format!("Revision {} failed with message: {message}.", go_quote(name))
 }
 
 /// Message of [`REASON_REVISION_FAILED`] when creating the Revision failed.

@@ -9,8 +9,7 @@ pub const NETWORK_CONFIGURED: &str = "NetworkConfigured";
 /// The load balancers serve the routes.
 pub const LOAD_BALANCER_READY: &str = "LoadBalancerReady";
 /// `Ready` = `NetworkConfigured` ∧ `LoadBalancerReady`.
-pub const CONDITION_SET: ConditionSet =
-    ConditionSet::living(&[NETWORK_CONFIGURED, LOAD_BALANCER_READY]);
+pub const CONDITION_SET: ConditionSet = ConditionSet::living(&[NETWORK_CONFIGURED, LOAD_BALANCER_READY]);
 
 /// Unknown `LoadBalancerReady` while the load balancers are not serving yet.
 pub const REASON_UNINITIALIZED: &str = "Uninitialized";

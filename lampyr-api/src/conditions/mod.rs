@@ -170,24 +170,14 @@ pub fn get_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a
 /// Upstream `IsReady()`: `Ready` is `True` and the status reflects the current
 /// generation. A missing `generation` or `observedGeneration` counts as 0, as
 /// in Go.
-pub fn is_ready(
-    conditions: &[Condition],
-    observed_generation: i64,
-    generation: Option<i64>,
-) -> bool {
-    observed_generation == generation.unwrap_or(0)
-        && get_condition(conditions, CONDITION_READY).is_some_and(Condition::is_true)
+pub fn is_ready(conditions: &[Condition], observed_generation: i64, generation: Option<i64>) -> bool {
+    observed_generation == generation.unwrap_or(0) && get_condition(conditions, CONDITION_READY).is_some_and(Condition::is_true)
 }
 
 /// Upstream `IsFailed()`: `Ready` is `False` and the status reflects the
 /// current generation.
-pub fn is_failed(
-    conditions: &[Condition],
-    observed_generation: i64,
-    generation: Option<i64>,
-) -> bool {
-    observed_generation == generation.unwrap_or(0)
-        && get_condition(conditions, CONDITION_READY).is_some_and(Condition::is_false)
+pub fn is_failed(conditions: &[Condition], observed_generation: i64, generation: Option<i64>) -> bool {
+    observed_generation == generation.unwrap_or(0) && get_condition(conditions, CONDITION_READY).is_some_and(Condition::is_false)
 }
 
 /// Implements [`KnativeStatus`] for a status struct with `conditions: Vec<Condition>`
@@ -362,11 +352,7 @@ impl ConditionSet {
 
     /// The dependent condition types, in order, without duplicates or the happy type.
     pub fn dependents(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.dependents
-            .iter()
-            .enumerate()
-            .filter(|&(i, d)| *d != self.happy && !self.dependents[..i].contains(d))
-            .map(|(_, d)| *d)
+        self.dependents.iter().enumerate().filter(|&(i, d)| *d != self.happy && !self.dependents[..i].contains(d)).map(|(_, d)| *d)
     }
 
     /// Whether `type_` is a dependent of this set.
@@ -381,32 +367,17 @@ impl ConditionSet {
 
     /// The severity conditions of `type_` get: Error for terminal ones, Info otherwise.
     pub fn severity(&self, type_: &str) -> ConditionSeverity {
-        if self.is_terminal(type_) {
-            ConditionSeverity::Error
-        } else {
-            ConditionSeverity::Info
-        }
+        if self.is_terminal(type_) { ConditionSeverity::Error } else { ConditionSeverity::Info }
     }
 
     /// A manager over `conditions` that stamps transitions with the system clock.
-    pub fn manage<'a>(
-        &self,
-        conditions: &'a mut Vec<Condition>,
-    ) -> ConditionManager<'a, SystemClock> {
+    pub fn manage<'a>(&self, conditions: &'a mut Vec<Condition>) -> ConditionManager<'a, SystemClock> {
         self.manage_with_clock(conditions, SystemClock)
     }
 
     /// A manager over `conditions` that stamps transitions with `clock`.
-    pub fn manage_with_clock<'a, C: Clock>(
-        &self,
-        conditions: &'a mut Vec<Condition>,
-        clock: C,
-    ) -> ConditionManager<'a, C> {
-        ConditionManager {
-            set: *self,
-            conditions,
-            clock,
-        }
+    pub fn manage_with_clock<'a, C: Clock>(&self, conditions: &'a mut Vec<Condition>, clock: C) -> ConditionManager<'a, C> {
+        ConditionManager { set: *self, conditions, clock }
     }
 }
 
@@ -419,10 +390,7 @@ pub struct ConditionManager<'a, C: Clock = SystemClock> {
 
 impl<C: Clock> fmt::Debug for ConditionManager<'_, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConditionManager")
-            .field("set", &self.set)
-            .field("conditions", &self.conditions)
-            .finish_non_exhaustive()
+        f.debug_struct("ConditionManager").field("set", &self.set).field("conditions", &self.conditions).finish_non_exhaustive()
     }
 }
 
@@ -496,10 +464,7 @@ impl<C: Clock> ConditionManager<'_, C> {
     pub fn mark_unknown(&mut self, type_: &str, reason: &str, message: &str) {
         self.set_condition(self.condition(type_, ConditionStatus::Unknown, reason, message));
 
-        let any_dependent_false = self
-            .set
-            .dependents()
-            .any(|d| self.get_condition(d).is_some_and(Condition::is_false));
+        let any_dependent_false = self.set.dependents().any(|d| self.get_condition(d).is_some_and(Condition::is_false));
         if any_dependent_false {
             if !self.top_level_condition().is_some_and(Condition::is_false) {
                 self.mark_false(self.set.happy, reason, message);
@@ -507,12 +472,7 @@ impl<C: Clock> ConditionManager<'_, C> {
             return;
         }
         if self.set.is_dependent(type_) {
-            self.set_condition(self.condition(
-                self.set.happy,
-                ConditionStatus::Unknown,
-                reason,
-                message,
-            ));
+            self.set_condition(self.condition(self.set.happy, ConditionStatus::Unknown, reason, message));
         }
     }
 
@@ -521,12 +481,7 @@ impl<C: Clock> ConditionManager<'_, C> {
     pub fn mark_false(&mut self, type_: &str, reason: &str, message: &str) {
         self.set_condition(self.condition(type_, ConditionStatus::False, reason, message));
         if self.set.is_dependent(type_) {
-            self.set_condition(self.condition(
-                self.set.happy,
-                ConditionStatus::False,
-                reason,
-                message,
-            ));
+            self.set_condition(self.condition(self.set.happy, ConditionStatus::False, reason, message));
         }
     }
 
@@ -548,20 +503,11 @@ impl<C: Clock> ConditionManager<'_, C> {
         let happy_status = match self.top_level_condition() {
             Some(c) => c.status,
             None => {
-                self.set_condition(self.condition(
-                    self.set.happy,
-                    ConditionStatus::Unknown,
-                    "",
-                    "",
-                ));
+                self.set_condition(self.condition(self.set.happy, ConditionStatus::Unknown, "", ""));
                 ConditionStatus::Unknown
             }
         };
-        let status = if happy_status == ConditionStatus::True {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::Unknown
-        };
+        let status = if happy_status == ConditionStatus::True { ConditionStatus::True } else { ConditionStatus::Unknown };
         let set = self.set;
         for d in set.dependents() {
             if self.get_condition(d).is_none() {
@@ -570,13 +516,7 @@ impl<C: Clock> ConditionManager<'_, C> {
         }
     }
 
-    fn condition(
-        &self,
-        type_: &str,
-        status: ConditionStatus,
-        reason: &str,
-        message: &str,
-    ) -> Condition {
+    fn condition(&self, type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Condition {
         Condition {
             type_: type_.to_owned(),
             status,
@@ -608,24 +548,15 @@ impl<C: Clock> ConditionManager<'_, C> {
     fn find_unhappy_dependent(&self) -> Option<(ConditionStatus, String, String)> {
         // Without dependents the happy condition is the caller's alone.
         self.set.dependents().next()?;
-        let mut candidates: Vec<&Condition> = self
-            .conditions
-            .iter()
-            .filter(|c| c.severity.is_error() && c.type_ != self.set.happy)
-            .collect();
+        let mut candidates: Vec<&Condition> =
+            self.conditions.iter().filter(|c| c.severity.is_error() && c.type_ != self.set.happy).collect();
         candidates.sort_by_key(|c| Reverse(c.last_transition_time.as_ref()));
 
-        let found = candidates
-            .iter()
-            .find(|c| c.is_false())
-            .or_else(|| candidates.iter().find(|c| c.is_unknown()));
+        let found = candidates.iter().find(|c| c.is_false()).or_else(|| candidates.iter().find(|c| c.is_unknown()));
         if let Some(c) = found {
             return Some((c.status, c.reason.clone(), c.message.clone()));
         }
-        let missing = self
-            .set
-            .dependents()
-            .any(|d| !candidates.iter().any(|c| c.type_ == d));
+        let missing = self.set.dependents().any(|d| !candidates.iter().any(|c| c.type_ == d));
         missing.then(|| (ConditionStatus::Unknown, String::new(), String::new()))
     }
 }
@@ -637,10 +568,7 @@ pub const REASON_NOT_OWNED: &str = "NotOwned";
 /// Upstream's "not owned" message, the message of [`REASON_NOT_OWNED`]:
 /// `kind` is e.g. `Configuration`, `Service` or `placeholder Service`.
 pub fn resource_not_owned_message(kind: &str, name: &str) -> String {
-    format!(
-        "There is an existing {kind} {} that we do not own.",
-        go_quote(name)
-    )
+    format!("There is an existing {kind} {} that we do not own.", go_quote(name))
 }
 
 /// Go's `%q` for the strings that appear in messages: JSON string quoting

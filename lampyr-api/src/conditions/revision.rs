@@ -14,8 +14,7 @@ pub const CONTAINER_HEALTHY: &str = "ContainerHealthy";
 pub const ACTIVE: &str = "Active";
 
 /// `Ready` = `ResourcesAvailable` ∧ `ContainerHealthy`; `Active` is informational.
-pub const CONDITION_SET: ConditionSet =
-    ConditionSet::living(&[RESOURCES_AVAILABLE, CONTAINER_HEALTHY]);
+pub const CONDITION_SET: ConditionSet = ConditionSet::living(&[RESOURCES_AVAILABLE, CONTAINER_HEALTHY]);
 
 /// Unknown `ResourcesAvailable` / `ContainerHealthy` / `Active` while the Revision deploys.
 pub const REASON_DEPLOYING: &str = "Deploying";
@@ -38,8 +37,7 @@ pub const MESSAGE_TIMED_OUT: &str = "The target could not be activated.";
 /// `Active` Unknown: requests are buffered while replicas are provisioned.
 pub const REASON_QUEUED: &str = "Queued";
 /// Message upstream pairs with [`REASON_QUEUED`].
-pub const MESSAGE_QUEUED: &str =
-    "Requests to the target are being buffered as resources are provisioned.";
+pub const MESSAGE_QUEUED: &str = "Requests to the target are being buffered as resources are provisioned.";
 
 /// Upstream `ExitCodeReason`: `ExitCode<N>`, the `ContainerHealthy` False reason
 /// when the container (guest) exits.

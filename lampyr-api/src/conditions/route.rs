@@ -11,8 +11,7 @@ pub const INGRESS_READY: &str = "IngressReady";
 /// The Route's certificate is ready, or TLS is not needed.
 pub const CERTIFICATE_PROVISIONED: &str = "CertificateProvisioned";
 /// `Ready` = `AllTrafficAssigned` ∧ `IngressReady` ∧ `CertificateProvisioned`.
-pub const CONDITION_SET: ConditionSet =
-    ConditionSet::living(&[ALL_TRAFFIC_ASSIGNED, INGRESS_READY, CERTIFICATE_PROVISIONED]);
+pub const CONDITION_SET: ConditionSet = ConditionSet::living(&[ALL_TRAFFIC_ASSIGNED, INGRESS_READY, CERTIFICATE_PROVISIONED]);
 
 /// Unknown `IngressReady`: the KIngress has no `Ready` condition yet.
 pub const REASON_INGRESS_NOT_CONFIGURED: &str = "IngressNotConfigured";
@@ -21,8 +20,7 @@ pub const MESSAGE_INGRESS_NOT_CONFIGURED: &str = "Ingress has not yet been recon
 /// Unknown `IngressReady`: traffic is shifting gradually (`rollout-duration`).
 pub const REASON_ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
 /// Message of [`REASON_ROLLOUT_IN_PROGRESS`].
-pub const MESSAGE_ROLLOUT_IN_PROGRESS: &str =
-    "A gradual rollout of the latest revision(s) is in progress.";
+pub const MESSAGE_ROLLOUT_IN_PROGRESS: &str = "A gradual rollout of the latest revision(s) is in progress.";
 /// Unknown `AllTrafficAssigned` for an unexpected error while resolving targets.
 pub const REASON_UNKNOWN: &str = "Unknown";
 /// `AllTrafficAssigned` not True: a target has no ready Revision (yet).
@@ -38,25 +36,18 @@ pub const REASON_TLS_NOT_ENABLED: &str = "TLSNotEnabled";
 /// Message of [`REASON_TLS_NOT_ENABLED`] when external-domain TLS is off.
 pub const MESSAGE_EXTERNAL_DOMAIN_TLS_NOT_ENABLED: &str = "external-domain-tls is not enabled";
 /// Message of [`REASON_TLS_NOT_ENABLED`] for a cluster-local Route.
-pub const MESSAGE_TLS_NOT_ENABLED_FOR_CLUSTER_LOCAL: &str =
-    "TLS is not enabled for cluster-local";
+pub const MESSAGE_TLS_NOT_ENABLED_FOR_CLUSTER_LOCAL: &str = "TLS is not enabled for cluster-local";
 /// True `CertificateProvisioned`: the certificate is not ready, so HTTP is served instead.
 pub const REASON_HTTP_DOWNGRADE: &str = "HTTPDowngrade";
 
 /// Message of [`REASON_REVISION_MISSING`]: the Configuration has no ready Revision yet.
 pub fn configuration_not_ready_message(name: &str) -> String {
-    format!(
-        "Configuration {} is waiting for a Revision to become ready.",
-        go_quote(name)
-    )
+    format!("Configuration {} is waiting for a Revision to become ready.", go_quote(name))
 }
 
 /// Message of [`REASON_REVISION_MISSING`]: the Configuration has no ready Revision.
 pub fn configuration_failed_message(name: &str) -> String {
-    format!(
-        "Configuration {} does not have any ready Revision.",
-        go_quote(name)
-    )
+    format!("Configuration {} does not have any ready Revision.", go_quote(name))
 }
 
 /// Message of [`REASON_REVISION_MISSING`]: the Revision is not ready yet.

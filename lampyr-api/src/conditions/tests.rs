@@ -38,12 +38,7 @@ fn types(c: &[Condition]) -> Vec<&str> {
 
 #[test]
 fn condition_wire_format_omits_empty_fields() {
-    let c = Condition {
-        type_: "Ready".into(),
-        status: ConditionStatus::True,
-        last_transition_time: Some(at(0)),
-        ..Default::default()
-    };
+    let c = Condition { type_: "Ready".into(), status: ConditionStatus::True, last_transition_time: Some(at(0)), ..Default::default() };
     assert_eq!(
         serde_json::to_string(&c).expect("serialize"),
         r#"{"type":"Ready","status":"True","lastTransitionTime":"1970-01-01T00:00:00Z"}"#
@@ -71,27 +66,18 @@ fn condition_reads_upstream_json() {
     assert_eq!(c.severity, ConditionSeverity::Error);
     assert!(c.is_unknown());
     assert_eq!(c.reason, "Deploying");
-    assert_eq!(
-        c.last_transition_time.as_ref().map(|t| t.0.as_second()),
-        Some(1_721_118_140)
-    );
-    let c: Condition = serde_json::from_str(
-        r#"{"type":"X","status":"True","severity":"Error","lastTransitionTime":null}"#,
-    )
-    .expect("parse");
+    assert_eq!(c.last_transition_time.as_ref().map(|t| t.0.as_second()), Some(1_721_118_140));
+    let c: Condition = serde_json::from_str(r#"{"type":"X","status":"True","severity":"Error","lastTransitionTime":null}"#).expect("parse");
     assert_eq!(c.severity, ConditionSeverity::Error);
     assert_eq!(c.last_transition_time, None);
-    let c: Condition =
-        serde_json::from_str(r#"{"type":"X","status":"False","severity":"Warning"}"#)
-            .expect("parse");
+    let c: Condition = serde_json::from_str(r#"{"type":"X","status":"False","severity":"Warning"}"#).expect("parse");
     assert_eq!(c.severity, ConditionSeverity::Warning);
 }
 
 #[test]
 fn initialize_sets_happy_and_dependents_unknown() {
     let mut c = Vec::new();
-    SET.manage_with_clock(&mut c, at(10))
-        .initialize_conditions();
+    SET.manage_with_clock(&mut c, at(10)).initialize_conditions();
     assert_eq!(types(&c), [A, B, "Ready"]);
     for cond in &c {
         assert!(cond.is_unknown());
@@ -103,22 +89,16 @@ fn initialize_sets_happy_and_dependents_unknown() {
 
 #[test]
 fn initialize_keeps_set_conditions_and_follows_a_true_happy_condition() {
-    let mut c = vec![Condition {
-        type_: "Ready".into(),
-        status: ConditionStatus::True,
-        last_transition_time: Some(at(1)),
-        ..Default::default()
-    }];
-    SET.manage_with_clock(&mut c, at(10))
-        .initialize_conditions();
+    let mut c =
+        vec![Condition { type_: "Ready".into(), status: ConditionStatus::True, last_transition_time: Some(at(1)), ..Default::default() }];
+    SET.manage_with_clock(&mut c, at(10)).initialize_conditions();
     assert!(get(&c, A).is_true());
     assert!(get(&c, B).is_true());
     assert_eq!(get(&c, "Ready").last_transition_time, Some(at(1)));
 
     // Initializing again changes nothing.
     let before = c.clone();
-    SET.manage_with_clock(&mut c, at(20))
-        .initialize_conditions();
+    SET.manage_with_clock(&mut c, at(20)).initialize_conditions();
     assert_eq!(c, before);
 }
 
@@ -155,10 +135,7 @@ fn mark_false_on_a_dependent_makes_ready_false_with_its_reason() {
     m.mark_false(B, "Broken", "b is broken");
     let ready = m.top_level_condition().expect("ready");
     assert!(ready.is_false());
-    assert_eq!(
-        (ready.reason.as_str(), ready.message.as_str()),
-        ("Broken", "b is broken")
-    );
+    assert_eq!((ready.reason.as_str(), ready.message.as_str()), ("Broken", "b is broken"));
 }
 
 #[test]
@@ -220,10 +197,7 @@ fn mark_unknown_on_a_dependent_makes_ready_unknown() {
     m.mark_unknown(A, "Deploying", "rolling");
     let ready = m.top_level_condition().expect("ready");
     assert!(ready.is_unknown());
-    assert_eq!(
-        (ready.reason.as_str(), ready.message.as_str()),
-        ("Deploying", "rolling")
-    );
+    assert_eq!((ready.reason.as_str(), ready.message.as_str()), ("Deploying", "rolling"));
 }
 
 #[test]
@@ -262,10 +236,7 @@ fn informational_conditions_get_severity_info_and_never_decide_ready() {
     let info = m.get_condition(INFO).expect("info");
     assert_eq!(info.severity, ConditionSeverity::Info);
     assert!(m.get_condition(A).is_some_and(|c| c.severity.is_error()));
-    assert!(
-        m.top_level_condition()
-            .is_some_and(|c| c.severity.is_error())
-    );
+    assert!(m.top_level_condition().is_some_and(|c| c.severity.is_error()));
 
     // An Unknown informational condition does not make a not-yet-ready Ready anything else.
     let mut c = Vec::new();
@@ -291,20 +262,17 @@ fn conditions_are_sorted_by_type() {
 #[test]
 fn transition_time_moves_only_when_the_condition_changes() {
     let mut c = Vec::new();
-    SET.manage_with_clock(&mut c, at(100))
-        .mark_false(A, "AFailed", "m");
+    SET.manage_with_clock(&mut c, at(100)).mark_false(A, "AFailed", "m");
     assert_eq!(get(&c, A).last_transition_time, Some(at(100)));
     assert_eq!(get(&c, "Ready").last_transition_time, Some(at(100)));
 
     // Same status, reason and message: time kept, for A and for Ready.
-    SET.manage_with_clock(&mut c, at(200))
-        .mark_false(A, "AFailed", "m");
+    SET.manage_with_clock(&mut c, at(200)).mark_false(A, "AFailed", "m");
     assert_eq!(get(&c, A).last_transition_time, Some(at(100)));
     assert_eq!(get(&c, "Ready").last_transition_time, Some(at(100)));
 
     // Marking another condition leaves A's time alone.
-    SET.manage_with_clock(&mut c, at(300))
-        .mark_unknown(B, "BPending", "");
+    SET.manage_with_clock(&mut c, at(300)).mark_unknown(B, "BPending", "");
     assert_eq!(get(&c, A).last_transition_time, Some(at(100)));
     assert_eq!(get(&c, B).last_transition_time, Some(at(300)));
     assert_eq!(get(&c, "Ready").last_transition_time, Some(at(100)));
@@ -317,8 +285,7 @@ fn transition_time_moves_only_when_the_condition_changes() {
     assert_eq!(get(&c, "Ready").reason, "BPending");
 
     // Upstream: a new reason or message with the same status is a transition too.
-    SET.manage_with_clock(&mut c, at(500))
-        .mark_unknown(B, "BStillPending", "");
+    SET.manage_with_clock(&mut c, at(500)).mark_unknown(B, "BStillPending", "");
     assert_eq!(get(&c, B).last_transition_time, Some(at(500)));
 }
 
@@ -332,11 +299,7 @@ fn set_condition_ignores_the_callers_time() {
         last_transition_time: Some(at(1)),
         ..Default::default()
     });
-    assert_eq!(
-        m.get_condition(INFO)
-            .and_then(|c| c.last_transition_time.clone()),
-        Some(at(7))
-    );
+    assert_eq!(m.get_condition(INFO).and_then(|c| c.last_transition_time.clone()), Some(at(7)));
 }
 
 #[test]
@@ -373,10 +336,7 @@ fn clear_condition_only_clears_non_terminal_conditions() {
     let mut m = SET.manage_with_clock(&mut c, Ticking::new());
     m.initialize_conditions();
     m.mark_true(INFO);
-    assert_eq!(
-        m.clear_condition(A),
-        Err(ClearTerminalConditionError(A.to_owned()))
-    );
+    assert_eq!(m.clear_condition(A), Err(ClearTerminalConditionError(A.to_owned())));
     assert!(m.clear_condition("Ready").is_err());
     assert_eq!(m.clear_condition(INFO), Ok(()));
     assert_eq!(m.clear_condition("Absent"), Ok(()));
@@ -414,10 +374,7 @@ fn batch_sets_use_succeeded() {
     let mut c = Vec::new();
     let mut m = JOB.manage_with_clock(&mut c, Ticking::new());
     m.mark_true(A);
-    assert_eq!(
-        m.top_level_condition().map(|c| c.type_.as_str()),
-        Some(CONDITION_SUCCEEDED)
-    );
+    assert_eq!(m.top_level_condition().map(|c| c.type_.as_str()), Some(CONDITION_SUCCEEDED));
     assert!(m.is_happy());
 }
 
@@ -441,24 +398,15 @@ fn is_ready_needs_ready_true_and_the_current_generation() {
 #[test]
 fn revision_set_is_resources_available_and_container_healthy() {
     use revision::*;
-    assert_eq!(
-        CONDITION_SET.dependents().collect::<Vec<_>>(),
-        [RESOURCES_AVAILABLE, CONTAINER_HEALTHY]
-    );
+    assert_eq!(CONDITION_SET.dependents().collect::<Vec<_>>(), [RESOURCES_AVAILABLE, CONTAINER_HEALTHY]);
     assert_eq!(CONDITION_SET.severity(ACTIVE), ConditionSeverity::Info);
     assert_eq!(exit_code_reason(137), "ExitCode137");
-    assert_eq!(
-        resource_not_owned_message("Service", "hello-00001"),
-        r#"There is an existing Service "hello-00001" that we do not own."#
-    );
+    assert_eq!(resource_not_owned_message("Service", "hello-00001"), r#"There is an existing Service "hello-00001" that we do not own."#);
     assert_eq!(
         container_missing_message("registry.local/hello@sha256:00", "not found"),
         r#"Unable to fetch image "registry.local/hello@sha256:00": not found"#
     );
-    assert_eq!(
-        container_exiting_message("boom"),
-        "Container failed with: boom"
-    );
+    assert_eq!(container_exiting_message("boom"), "Container failed with: boom");
 }
 
 /// `set` has exactly `dependents`; `Ready` is True only once every
@@ -494,23 +442,10 @@ fn check_living_set(set: ConditionSet, dependents: &[&str]) {
 
 #[test]
 fn every_resource_set_has_upstreams_dependents() {
-    check_living_set(
-        revision::CONDITION_SET,
-        &[revision::RESOURCES_AVAILABLE, revision::CONTAINER_HEALTHY],
-    );
-    check_living_set(
-        service::CONDITION_SET,
-        &[service::CONFIGURATIONS_READY, service::ROUTES_READY],
-    );
+    check_living_set(revision::CONDITION_SET, &[revision::RESOURCES_AVAILABLE, revision::CONTAINER_HEALTHY]);
+    check_living_set(service::CONDITION_SET, &[service::CONFIGURATIONS_READY, service::ROUTES_READY]);
     check_living_set(configuration::CONDITION_SET, &[]);
-    check_living_set(
-        route::CONDITION_SET,
-        &[
-            route::ALL_TRAFFIC_ASSIGNED,
-            route::INGRESS_READY,
-            route::CERTIFICATE_PROVISIONED,
-        ],
-    );
+    check_living_set(route::CONDITION_SET, &[route::ALL_TRAFFIC_ASSIGNED, route::INGRESS_READY, route::CERTIFICATE_PROVISIONED]);
     check_living_set(
         domain_mapping::CONDITION_SET,
         &[
@@ -520,10 +455,7 @@ fn every_resource_set_has_upstreams_dependents() {
             domain_mapping::CERTIFICATE_PROVISIONED,
         ],
     );
-    check_living_set(
-        ingress::CONDITION_SET,
-        &[ingress::NETWORK_CONFIGURED, ingress::LOAD_BALANCER_READY],
-    );
+    check_living_set(ingress::CONDITION_SET, &[ingress::NETWORK_CONFIGURED, ingress::LOAD_BALANCER_READY]);
     check_living_set(certificate::CONDITION_SET, &[]);
 }
 
@@ -539,54 +471,26 @@ fn propagate_copies_a_childs_ready() {
         message: format!("{reason}!"),
         ..Default::default()
     };
-    m.propagate(
-        service::CONFIGURATIONS_READY,
-        &child(ConditionStatus::Unknown, "Deploying"),
-    );
+    m.propagate(service::CONFIGURATIONS_READY, &child(ConditionStatus::Unknown, "Deploying"));
     let got = m.get_condition(service::CONFIGURATIONS_READY).expect("set");
     assert!(got.is_unknown() && got.reason == "Deploying" && got.message == "Deploying!");
-    m.propagate(
-        service::CONFIGURATIONS_READY,
-        &child(ConditionStatus::False, "RevisionFailed"),
-    );
-    assert_eq!(
-        m.top_level_condition().map(|c| c.reason.as_str()),
-        Some("RevisionFailed")
-    );
-    m.propagate(
-        service::CONFIGURATIONS_READY,
-        &child(ConditionStatus::True, "Ignored"),
-    );
-    assert_eq!(
-        m.get_condition(service::CONFIGURATIONS_READY)
-            .map(|c| c.reason.as_str()),
-        Some("")
-    );
+    m.propagate(service::CONFIGURATIONS_READY, &child(ConditionStatus::False, "RevisionFailed"));
+    assert_eq!(m.top_level_condition().map(|c| c.reason.as_str()), Some("RevisionFailed"));
+    m.propagate(service::CONFIGURATIONS_READY, &child(ConditionStatus::True, "Ignored"));
+    assert_eq!(m.get_condition(service::CONFIGURATIONS_READY).map(|c| c.reason.as_str()), Some(""));
     assert!(m.is_happy());
 }
 
 #[test]
 fn messages_read_like_upstreams() {
-    assert_eq!(
-        route::revision_failed_message("hello-00001"),
-        r#"Revision "hello-00001" failed to become ready."#
-    );
-    assert_eq!(
-        route::missing_target_reason("Configuration"),
-        "ConfigurationMissing"
-    );
-    assert_eq!(
-        route::missing_target_message("Configuration", "hello"),
-        r#"Configuration "hello" referenced in traffic not found."#
-    );
+    assert_eq!(route::revision_failed_message("hello-00001"), r#"Revision "hello-00001" failed to become ready."#);
+    assert_eq!(route::missing_target_reason("Configuration"), "ConfigurationMissing");
+    assert_eq!(route::missing_target_message("Configuration", "hello"), r#"Configuration "hello" referenced in traffic not found."#);
     assert_eq!(
         resource_not_owned_message("placeholder Service", "hello"),
         r#"There is an existing placeholder Service "hello" that we do not own."#
     );
-    assert_eq!(
-        configuration::latest_created_failed_message("hello-00002", "boom"),
-        r#"Revision "hello-00002" failed with message: boom."#
-    );
+    assert_eq!(configuration::latest_created_failed_message("hello-00002", "boom"), r#"Revision "hello-00002" failed with message: boom."#);
     assert_eq!(
         service::revision_name_taken_message("hello-v1"),
         r#"The revision name "hello-v1" is taken by a conflicting Revision, so traffic will not be migrated"#

@@ -15,19 +15,10 @@ use crate::policy::{ScaleMetric, ScalingPolicy};
 use super::{Checker, RPS_TARGET_UTILIZATION, Rules};
 
 impl Checker<'_> {
-    pub(super) fn scaling(
-        &mut self,
-        metadata: &ObjectMeta,
-        container_concurrency: u32,
-        prefix: &str,
-    ) -> ScalingPolicy {
+    pub(super) fn scaling(&mut self, metadata: &ObjectMeta, container_concurrency: u32, prefix: &str) -> ScalingPolicy {
         let empty = BTreeMap::new();
         let annotations = metadata.annotations.as_ref().unwrap_or(&empty);
-        let mut a = Annotations {
-            map: annotations,
-            base: format!("{prefix}metadata.annotations"),
-            cx: self,
-        };
+        let mut a = Annotations { map: annotations, base: format!("{prefix}metadata.annotations"), cx: self };
         a.unknown_keys();
 
         let class = a.get(keys::CLASS);
@@ -50,13 +41,7 @@ impl Checker<'_> {
                 false
             }
             Some((path, c)) => {
-                a.cx.unsupported(
-                    path.clone(),
-                    format!(
-                        "autoscaler class {c:?} cannot scale fibers; only {} can",
-                        keys::CLASS_KPA
-                    ),
-                );
+                a.cx.unsupported(path.clone(), format!("autoscaler class {c:?} cannot scale fibers; only {} can", keys::CLASS_KPA));
                 false
             }
         };
@@ -66,10 +51,7 @@ impl Checker<'_> {
             Some((_, "rps")) => ScaleMetric::Rps,
             Some((path, m)) => {
                 if kpa {
-                    a.cx.invalid(
-                        path,
-                        format!("{m:?} is not a metric: use concurrency or rps"),
-                    );
+                    a.cx.invalid(path, format!("{m:?} is not a metric: use concurrency or rps"));
                 }
                 ScaleMetric::Concurrency
             }
@@ -85,10 +67,7 @@ impl Checker<'_> {
             && max < min
             && let Some((path, _)) = a.get(keys::MAX_SCALE)
         {
-            a.cx.invalid(
-                path,
-                format!("max-scale={max} is less than min-scale={min}"),
-            );
+            a.cx.invalid(path, format!("max-scale={max} is less than min-scale={min}"));
         }
         let limit = config.max_scale_limit;
         if rules == Rules::Admission
@@ -96,12 +75,7 @@ impl Checker<'_> {
             && let (Some(annotated), Some((path, _))) = (max_annotation, a.get(keys::MAX_SCALE))
         {
             if annotated == 0 {
-                a.cx.invalid(
-                    path,
-                    format!(
-                        "max-scale=0 (unbounded) is not allowed: config-autoscaler's max-scale-limit is {limit}"
-                    ),
-                );
+                a.cx.invalid(path, format!("max-scale=0 (unbounded) is not allowed: config-autoscaler's max-scale-limit is {limit}"));
             } else if annotated > limit {
                 a.cx.invalid(
                     path,
@@ -120,10 +94,7 @@ impl Checker<'_> {
                 Ok(0) if config.allow_zero_initial_scale => 0,
                 Ok(0) => {
                     if rules == Rules::Admission {
-                        a.cx.invalid(
-                            path,
-                            "0 is not allowed: config-autoscaler's allow-zero-initial-scale is false",
-                        );
+                        a.cx.invalid(path, "0 is not allowed: config-autoscaler's allow-zero-initial-scale is false");
                     }
                     config.initial_scale
                 }
@@ -147,75 +118,44 @@ impl Checker<'_> {
                     1
                 }
                 Ok(n) if i64::from(min) > i64::from(n) => {
-                    a.cx.invalid(
-                        path,
-                        format!("min-scale={min} is greater than activation-scale={n}"),
-                    );
+                    a.cx.invalid(path, format!("min-scale={min} is greater than activation-scale={n}"));
                     1
                 }
                 Ok(n) if max != 0 && i64::from(max) < i64::from(n) => {
-                    a.cx.invalid(
-                        path,
-                        format!("max-scale={max} is less than activation-scale={n}"),
-                    );
+                    a.cx.invalid(path, format!("max-scale={max} is less than activation-scale={n}"));
                     1
                 }
                 Ok(n) if n < 2 => {
-                    a.cx.invalid(
-                        path,
-                        format!("activation-scale={n} must be greater than 1 (1 is the default)"),
-                    );
+                    a.cx.invalid(path, format!("activation-scale={n} must be greater than 1 (1 is the default)"));
                     1
                 }
                 Ok(n) => n as u32,
             },
         };
 
-        let target_annotation = a.float(keys::TARGET, |v| {
-            (v >= TARGET_MIN)
-                .then_some(())
-                .ok_or(format!("target {v} should be at least {TARGET_MIN}"))
-        });
-        let utilization_annotation = a.float(keys::TARGET_UTILIZATION_PERCENTAGE, |v| {
-            in_range(v, 1.0, 100.0)
-        });
+        let target_annotation =
+            a.float(keys::TARGET, |v| (v >= TARGET_MIN).then_some(()).ok_or(format!("target {v} should be at least {TARGET_MIN}")));
+        let utilization_annotation = a.float(keys::TARGET_UTILIZATION_PERCENTAGE, |v| in_range(v, 1.0, 100.0));
         // Validated like upstream; a fiber pool has no activator buffer to size.
         let _ = a.float(keys::TARGET_BURST_CAPACITY, |v| {
-            (v >= 0.0 || v == -1.0)
-                .then_some(())
-                .ok_or("must be -1 (unlimited) or at least 0".to_owned())
+            (v >= 0.0 || v == -1.0).then_some(()).ok_or("must be -1 (unlimited) or at least 0".to_owned())
         });
         let (panic_low, panic_high) = PANIC_WINDOW_PERCENTAGE_RANGE;
-        let panic_window_percent = a
-            .float(keys::PANIC_WINDOW_PERCENTAGE, |v| in_range(v, panic_low, panic_high))
-            .unwrap_or(config.panic_window_percentage);
-        let panic_threshold_percent = a
-            .float(keys::PANIC_THRESHOLD_PERCENTAGE, |v| {
-                in_range(v, 110.0, 1000.0)
-            })
-            .unwrap_or(config.panic_threshold_percentage);
+        let panic_window_percent =
+            a.float(keys::PANIC_WINDOW_PERCENTAGE, |v| in_range(v, panic_low, panic_high)).unwrap_or(config.panic_window_percentage);
+        let panic_threshold_percent =
+            a.float(keys::PANIC_THRESHOLD_PERCENTAGE, |v| in_range(v, 110.0, 1000.0)).unwrap_or(config.panic_threshold_percentage);
 
-        let stable_window = a
-            .duration(keys::WINDOW, WINDOW_MIN, true)
-            .unwrap_or(config.stable_window);
-        let scale_down_delay = a
-            .duration(keys::SCALE_DOWN_DELAY, Duration::ZERO, true)
-            .unwrap_or(config.scale_down_delay);
+        let stable_window = a.duration(keys::WINDOW, WINDOW_MIN, true).unwrap_or(config.stable_window);
+        let scale_down_delay = a.duration(keys::SCALE_DOWN_DELAY, Duration::ZERO, true).unwrap_or(config.scale_down_delay);
         let scale_to_zero_retention = a
-            .duration(
-                keys::SCALE_TO_ZERO_POD_RETENTION_PERIOD,
-                Duration::ZERO,
-                false,
-            )
+            .duration(keys::SCALE_TO_ZERO_POD_RETENTION_PERIOD, Duration::ZERO, false)
             .unwrap_or(config.scale_to_zero_pod_retention_period);
 
         // Upstream's ResolveMetricTarget, before target utilization applies.
         let cc = f64::from(container_concurrency);
         let (target, utilization) = match metric {
-            ScaleMetric::Rps => (
-                target_annotation.unwrap_or(config.requests_per_second_target_default),
-                RPS_TARGET_UTILIZATION,
-            ),
+            ScaleMetric::Rps => (target_annotation.unwrap_or(config.requests_per_second_target_default), RPS_TARGET_UTILIZATION),
             ScaleMetric::Concurrency => (
                 match (target_annotation, cc > 0.0) {
                     (Some(t), true) => t.min(cc),
@@ -265,13 +205,7 @@ fn scale_bounds(min: Option<u32>, max: Option<u32>, config: &AutoscalerConfig) -
 }
 
 fn in_range(v: f64, min: f64, max: f64) -> Result<(), String> {
-    if (min..=max).contains(&v) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{v} is out of bounds: must be between {min} and {max}"
-        ))
-    }
+    if (min..=max).contains(&v) { Ok(()) } else { Err(format!("{v} is out of bounds: must be between {min} and {max}")) }
 }
 
 /// The template's annotations, read with Knative's key aliases.
@@ -311,21 +245,16 @@ impl Annotations<'_, '_> {
             if !key.starts_with(keys::AUTOSCALING_PREFIX) {
                 continue;
             }
-            let known = AUTOSCALING_KEYS.contains(&key.as_str())
-                || keys::AUTOSCALING_ALIASES.iter().any(|(_, a)| a == key);
+            let known = AUTOSCALING_KEYS.contains(&key.as_str()) || keys::AUTOSCALING_ALIASES.iter().any(|(_, a)| a == key);
             if !known {
                 let path = self.path(key);
-                self.cx
-                    .unsupported(path, "not an autoscaling setting fibers support");
+                self.cx.unsupported(path, "not an autoscaling setting fibers support");
             }
         }
         for (canonical, alias) in keys::AUTOSCALING_ALIASES {
             if self.map.contains_key(*canonical) && self.map.contains_key(*alias) {
                 let path = self.path(alias);
-                self.cx.invalid(
-                    path,
-                    format!("set together with {canonical}; keep only one"),
-                );
+                self.cx.invalid(path, format!("set together with {canonical}; keep only one"));
             }
         }
     }
@@ -343,19 +272,13 @@ impl Annotations<'_, '_> {
         match v.parse::<i32>() {
             Ok(n) if n >= 0 => Some(n as u32),
             Ok(_) => {
-                self.cx.invalid(
-                    path,
-                    format!("{v} is out of bounds: must be between 0 and {}", i32::MAX),
-                );
+                self.cx.invalid(path, format!("{v} is out of bounds: must be between 0 and {}", i32::MAX));
                 None
             }
             Err(_) => {
                 let digits = v.strip_prefix(['+', '-']).unwrap_or(v);
                 if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-                    self.cx.invalid(
-                        path,
-                        format!("{v} is out of bounds: must be between 0 and {}", i32::MAX),
-                    );
+                    self.cx.invalid(path, format!("{v} is out of bounds: must be between 0 and {}", i32::MAX));
                 } else {
                     self.cx.invalid(path, format!("{v:?} is not an integer"));
                 }
@@ -392,13 +315,7 @@ impl Annotations<'_, '_> {
                 return None;
             }
         };
-        let bounds = || {
-            format!(
-                "{v} is out of bounds: must be between {}s and {}s",
-                min.as_secs(),
-                WINDOW_MAX.as_secs()
-            )
-        };
+        let bounds = || format!("{v} is out of bounds: must be between {}s and {}s", min.as_secs(), WINDOW_MAX.as_secs());
         let Some(d) = parsed.non_negative() else {
             self.cx.invalid(path, bounds());
             return None;
@@ -408,11 +325,9 @@ impl Annotations<'_, '_> {
             return None;
         }
         if whole_seconds && d.subsec_nanos() != 0 {
-            self.cx
-                .invalid(path, format!("{v} must be given in whole seconds"));
+            self.cx.invalid(path, format!("{v} must be given in whole seconds"));
             return None;
         }
         Some(d)
     }
 }
-

@@ -25,7 +25,6 @@
 //! ([`translate_with`]; lampyr-controller passes the cluster's), or from
 //! upstream's defaults ([`translate`]; `ly run` and `ly deploy`).
 
-
 mod annotations;
 mod pod;
 mod reasons;
@@ -38,9 +37,7 @@ use std::time::Duration;
 use crate::k8s::ObjectMeta;
 use crate::policy::EnvRef;
 use crate::serving::OtherFields;
-use crate::{
-    Revision, RevisionSpec, RevisionTemplateSpec,
-};
+use crate::{Revision, RevisionSpec, RevisionTemplateSpec};
 
 use crate::autoscaler::AutoscalerConfig;
 
@@ -116,11 +113,7 @@ impl UnsupportedFields {
 impl fmt::Display for UnsupportedFields {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        write!(
-            f,
-            "the Revision template cannot run as fibers ({n} problem{}):",
-            if n == 1 { "" } else { "s" }
-        )?;
+        write!(f, "the Revision template cannot run as fibers ({n} problem{}):", if n == 1 { "" } else { "s" })?;
         for problem in &self.problems {
             write!(f, "\n  - {problem}")?;
         }
@@ -140,11 +133,7 @@ pub fn translate(template: &RevisionTemplateSpec) -> Result<FiberPolicy, Unsuppo
 /// defaults of what its annotations leave unset, under `rules`.
 ///
 /// Paths in the error start with `spec.template`.
-pub fn translate_with(
-    template: &RevisionTemplateSpec,
-    config: &AutoscalerConfig,
-    rules: Rules,
-) -> Result<FiberPolicy, UnsupportedFields> {
+pub fn translate_with(template: &RevisionTemplateSpec, config: &AutoscalerConfig, rules: Rules) -> Result<FiberPolicy, UnsupportedFields> {
     translate_parts(&template.metadata, &template.spec, "spec.template.", config, rules)
 }
 
@@ -163,33 +152,17 @@ fn translate_parts(
     config: &AutoscalerConfig,
     rules: Rules,
 ) -> Result<FiberPolicy, UnsupportedFields> {
-    let mut cx = Checker {
-        problems: Vec::new(),
-        config,
-        rules,
-    };
+    let mut cx = Checker { problems: Vec::new(), config, rules };
     let container_concurrency = cx.container_concurrency(spec, prefix);
     let scaling = cx.scaling(metadata, container_concurrency, prefix);
     let timeouts = cx.timeouts(spec, prefix);
     let container = cx.pod_spec(spec, prefix);
     if !cx.problems.is_empty() {
-        return Err(UnsupportedFields {
-            problems: cx.problems,
-        });
+        return Err(UnsupportedFields { problems: cx.problems });
     }
     let (memory_bytes, (env, env_refs), http2, port) = container;
     let args = spec.containers.first().map(|c| c.command.iter().chain(&c.args).flatten().cloned().collect()).unwrap_or_default();
-    Ok(FiberPolicy {
-        container_concurrency,
-        scaling,
-        timeouts,
-        memory_bytes,
-        env,
-        env_refs,
-        args,
-        http2,
-        port,
-    })
+    Ok(FiberPolicy { container_concurrency, scaling, timeouts, memory_bytes, env, env_refs, args, http2, port })
 }
 
 /// What the single container contributes to the policy.
@@ -205,14 +178,8 @@ struct Checker<'c> {
 /// `base.key`, or `base["key"]` when the key is not a plain identifier.
 pub(super) fn key_path(base: &str, key: &str) -> String {
     let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if plain {
-        format!("{base}.{key}")
-    } else {
-        format!("{base}[{key:?}]")
-    }
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain { format!("{base}.{key}") } else { format!("{base}[{key:?}]") }
 }
 
 /// Null, `false`, `""`, `[]` and `{}` ask for nothing, so they are accepted anywhere.
@@ -227,22 +194,13 @@ pub(super) fn is_empty_value(value: &serde_json::Value) -> bool {
     }
 }
 
-
 impl Checker<'_> {
     fn invalid(&mut self, path: impl Into<String>, reason: impl Into<String>) {
-        self.problems.push(FieldProblem {
-            path: path.into(),
-            kind: ProblemKind::Invalid,
-            reason: reason.into(),
-        });
+        self.problems.push(FieldProblem { path: path.into(), kind: ProblemKind::Invalid, reason: reason.into() });
     }
 
     fn unsupported(&mut self, path: impl Into<String>, reason: impl Into<String>) {
-        self.problems.push(FieldProblem {
-            path: path.into(),
-            kind: ProblemKind::Unsupported,
-            reason: reason.into(),
-        });
+        self.problems.push(FieldProblem { path: path.into(), kind: ProblemKind::Unsupported, reason: reason.into() });
     }
 
     /// Reports every non-empty unmodelled field.
@@ -261,9 +219,7 @@ impl Checker<'_> {
             Some(cc) => {
                 self.invalid(
                     format!("{prefix}spec.containerConcurrency"),
-                    format!(
-                        "{cc} is out of bounds: must be between 0 and {MAX_CONTAINER_CONCURRENCY}"
-                    ),
+                    format!("{cc} is out of bounds: must be between 0 and {MAX_CONTAINER_CONCURRENCY}"),
                 );
                 0
             }
@@ -276,26 +232,14 @@ impl Checker<'_> {
                 None | Some(0) => None,
                 Some(v) if (1..=max).contains(&v) => Some(v as u64),
                 Some(v) => {
-                    self.invalid(
-                        format!("{prefix}spec.{field}"),
-                        format!("{v} is out of bounds: must be between 0 and {max}"),
-                    );
+                    self.invalid(format!("{prefix}spec.{field}"), format!("{v} is out of bounds: must be between 0 and {max}"));
                     None
                 }
             }
         };
-        let request = seconds("timeoutSeconds", spec.timeout_seconds, MAX_TIMEOUT_SECONDS)
-            .unwrap_or(DEFAULT_TIMEOUT_SECONDS as u64);
-        let response_start = seconds(
-            "responseStartTimeoutSeconds",
-            spec.response_start_timeout_seconds,
-            MAX_TIMEOUT_SECONDS,
-        );
-        let idle = seconds(
-            "idleTimeoutSeconds",
-            spec.idle_timeout_seconds,
-            MAX_TIMEOUT_SECONDS,
-        );
+        let request = seconds("timeoutSeconds", spec.timeout_seconds, MAX_TIMEOUT_SECONDS).unwrap_or(DEFAULT_TIMEOUT_SECONDS as u64);
+        let response_start = seconds("responseStartTimeoutSeconds", spec.response_start_timeout_seconds, MAX_TIMEOUT_SECONDS);
+        let idle = seconds("idleTimeoutSeconds", spec.idle_timeout_seconds, MAX_TIMEOUT_SECONDS);
         if let Some(rs) = response_start
             && rs > request
         {
@@ -310,5 +254,4 @@ impl Checker<'_> {
             idle: idle.map(Duration::from_secs),
         }
     }
-
 }

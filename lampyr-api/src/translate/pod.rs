@@ -1,16 +1,10 @@
 //! The pod-spec subset a fiber runs: one container, its environment, port,
 //! memory, probes and the security settings that already hold for a fiber.
 
-
 use crate::k8s::{Capabilities, EnvFromSource, EnvVar, ResourceRequirements, SeccompProfile};
 use crate::policy::{EnvRef, EnvSource, EnvSourceKind};
 use crate::quantity::parse_quantity;
-use crate::{
-    Container, PodSecurityContext, Probe, RevisionSpec,
-    SecurityContext,
-};
-
-
+use crate::{Container, PodSecurityContext, Probe, RevisionSpec, SecurityContext};
 
 use super::reasons::{container_field_reason, pod_field_reason, security_field_reason};
 use super::{Checker, ContainerPart, is_empty_value, key_path};
@@ -20,16 +14,10 @@ impl Checker<'_> {
         let base = format!("{prefix}spec");
         self.others(&base, &spec.other, pod_field_reason);
         if spec.enable_service_links == Some(true) {
-            self.unsupported(
-                format!("{base}.enableServiceLinks"),
-                "Kubernetes service environment variables are not given to fibers",
-            );
+            self.unsupported(format!("{base}.enableServiceLinks"), "Kubernetes service environment variables are not given to fibers");
         }
         if spec.automount_service_account_token == Some(true) {
-            self.unsupported(
-                format!("{base}.automountServiceAccountToken"),
-                "no service account token is mounted into a fiber",
-            );
+            self.unsupported(format!("{base}.automountServiceAccountToken"), "no service account token is mounted into a fiber");
         }
         if let Some(sc) = &spec.security_context {
             self.pod_security_context(&format!("{base}.securityContext"), sc);
@@ -39,10 +27,7 @@ impl Checker<'_> {
 
         let containers = format!("{base}.containers");
         for i in 1..spec.containers.len() {
-            self.unsupported(
-                format!("{containers}[{i}]"),
-                "a Revision runs as fibers of one container; sidecars are not supported",
-            );
+            self.unsupported(format!("{containers}[{i}]"), "a Revision runs as fibers of one container; sidecars are not supported");
         }
         match spec.containers.first() {
             None => {
@@ -83,7 +68,9 @@ impl Checker<'_> {
         for (i, from) in env_from.iter().enumerate() {
             let path = format!("{base}.envFrom[{i}]");
             let source = match (&from.config_map_ref, &from.secret_ref) {
-                (Some(c), None) => EnvSource { kind: EnvSourceKind::ConfigMap, name: c.name.clone(), optional: c.optional.unwrap_or(false) },
+                (Some(c), None) => {
+                    EnvSource { kind: EnvSourceKind::ConfigMap, name: c.name.clone(), optional: c.optional.unwrap_or(false) }
+                }
                 (None, Some(s)) => EnvSource { kind: EnvSourceKind::Secret, name: s.name.clone(), optional: s.optional.unwrap_or(false) },
                 _ => {
                     self.invalid(path, "exactly one of configMapRef and secretRef is required");
@@ -102,9 +89,10 @@ impl Checker<'_> {
                 continue;
             };
             let (source, key) = match (&from.config_map_key_ref, &from.secret_key_ref, &from.field_ref, &from.resource_field_ref) {
-                (Some(c), None, None, None) => {
-                    (EnvSource { kind: EnvSourceKind::ConfigMap, name: c.name.clone(), optional: c.optional.unwrap_or(false) }, c.key.clone())
-                }
+                (Some(c), None, None, None) => (
+                    EnvSource { kind: EnvSourceKind::ConfigMap, name: c.name.clone(), optional: c.optional.unwrap_or(false) },
+                    c.key.clone(),
+                ),
                 (None, Some(s), None, None) => {
                     (EnvSource { kind: EnvSourceKind::Secret, name: s.name.clone(), optional: s.optional.unwrap_or(false) }, s.key.clone())
                 }
@@ -126,10 +114,7 @@ impl Checker<'_> {
     fn ports(&mut self, base: &str, c: &Container) -> (bool, Option<u16>) {
         let ports = c.ports.as_deref().unwrap_or_default();
         for i in 1..ports.len() {
-            self.unsupported(
-                format!("{base}.ports[{i}]"),
-                "a Revision serves exactly one port",
-            );
+            self.unsupported(format!("{base}.ports[{i}]"), "a Revision serves exactly one port");
         }
         let Some(p) = ports.first() else {
             return (false, None);
@@ -139,10 +124,7 @@ impl Checker<'_> {
             None | Some("") | Some("http1") => false,
             Some("h2c") => true,
             Some(other) => {
-                self.invalid(
-                    format!("{path}.name"),
-                    format!("{other:?} is not a port name Knative accepts: use h2c or http1"),
-                );
+                self.invalid(format!("{path}.name"), format!("{other:?} is not a port name Knative accepts: use h2c or http1"));
                 false
             }
         };
@@ -150,49 +132,31 @@ impl Checker<'_> {
             0 => None,
             n @ 1..=65535 => Some(n as u16),
             n => {
-                self.invalid(
-                    format!("{path}.containerPort"),
-                    format!("{n} is out of bounds: must be between 0 and 65535"),
-                );
+                self.invalid(format!("{path}.containerPort"), format!("{n} is out of bounds: must be between 0 and 65535"));
                 None
             }
         };
         if p.host_port.is_some_and(|h| h != 0) {
-            self.unsupported(
-                format!("{path}.hostPort"),
-                "a fiber is reached through Lampyr's router, never a host port",
-            );
+            self.unsupported(format!("{path}.hostPort"), "a fiber is reached through Lampyr's router, never a host port");
         }
         if p.host_ip.as_deref().is_some_and(|h| !h.is_empty()) {
-            self.unsupported(
-                format!("{path}.hostIP"),
-                "a fiber is reached through Lampyr's router, never a host address",
-            );
+            self.unsupported(format!("{path}.hostIP"), "a fiber is reached through Lampyr's router, never a host address");
         }
         if let Some(proto) = p.protocol.as_deref()
             && !proto.is_empty()
             && proto != "TCP"
         {
-            self.unsupported(
-                format!("{path}.protocol"),
-                format!("{proto} is not served: fibers serve HTTP over TCP"),
-            );
+            self.unsupported(format!("{path}.protocol"), format!("{proto} is not served: fibers serve HTTP over TCP"));
         }
         (http2, port)
     }
 
     fn resources(&mut self, base: &str, r: &ResourceRequirements) -> Option<u64> {
         if r.claims.as_ref().is_some_and(|c| !c.is_empty()) {
-            self.unsupported(
-                format!("{base}.claims"),
-                "dynamic resource claims cannot be attached to a fiber",
-            );
+            self.unsupported(format!("{base}.claims"), "dynamic resource claims cannot be attached to a fiber");
         }
         let mut memory = [None, None];
-        for (slot, (field, map)) in [("limits", &r.limits), ("requests", &r.requests)]
-            .into_iter()
-            .enumerate()
-        {
+        for (slot, (field, map)) in [("limits", &r.limits), ("requests", &r.requests)].into_iter().enumerate() {
             let Some(map) = map else { continue };
             let map_path = format!("{base}.{field}");
             for (name, quantity) in map {
@@ -209,15 +173,8 @@ impl Checker<'_> {
                             self.invalid(path, e.to_string());
                         }
                     }
-                    "ephemeral-storage" => {
-                        self.unsupported(path, "a fiber has no filesystem to store data on")
-                    }
-                    other => self.unsupported(
-                        path,
-                        format!(
-                            "a fiber has one vCPU and memory only; {other} cannot be given to it"
-                        ),
-                    ),
+                    "ephemeral-storage" => self.unsupported(path, "a fiber has no filesystem to store data on"),
+                    other => self.unsupported(path, format!("a fiber has one vCPU and memory only; {other} cannot be given to it")),
                 }
             }
         }
@@ -225,10 +182,7 @@ impl Checker<'_> {
         if let (Some(l), Some(q)) = (limit, request)
             && q > l
         {
-            self.invalid(
-                format!("{base}.requests.memory"),
-                format!("{q} bytes is more than the limit ({l} bytes)"),
-            );
+            self.invalid(format!("{base}.requests.memory"), format!("{q} bytes is more than the limit ({l} bytes)"));
         }
         limit.or(request)
     }
@@ -243,17 +197,11 @@ impl Checker<'_> {
             match field.as_str() {
                 "exec" => {
                     handlers += 1;
-                    self.unsupported(
-                        path,
-                        "exec probes run a command, and a fiber runs no processes",
-                    )
+                    self.unsupported(path, "exec probes run a command, and a fiber runs no processes")
                 }
                 "grpc" => {
                     handlers += 1;
-                    self.unsupported(
-                        path,
-                        "gRPC probes are not supported; use httpGet or tcpSocket",
-                    )
+                    self.unsupported(path, "gRPC probes are not supported; use httpGet or tcpSocket")
                 }
                 _ => self.unsupported(path, "not a probe field fibers support"),
             }
@@ -264,27 +212,16 @@ impl Checker<'_> {
             self.invalid(base, "needs an httpGet or tcpSocket handler");
         }
         if let Some(h) = &p.http_get {
-            self.others(
-                &format!("{base}.httpGet"),
-                &h.other,
-                |_| "not an httpGet field",
-            );
+            self.others(&format!("{base}.httpGet"), &h.other, |_| "not an httpGet field");
         }
         if let Some(t) = &p.tcp_socket {
-            self.others(
-                &format!("{base}.tcpSocket"),
-                &t.other,
-                |_| "not a tcpSocket field",
-            );
+            self.others(&format!("{base}.tcpSocket"), &t.other, |_| "not a tcpSocket field");
         }
     }
 
     fn run_as_non_root(&mut self, base: &str, v: Option<bool>) {
         if v == Some(false) {
-            self.unsupported(
-                format!("{base}.runAsNonRoot"),
-                "only true holds for a fiber: it runs no root user",
-            );
+            self.unsupported(format!("{base}.runAsNonRoot"), "only true holds for a fiber: it runs no root user");
         }
     }
 
@@ -294,21 +231,11 @@ impl Checker<'_> {
         if profile.type_ != "RuntimeDefault" {
             self.unsupported(
                 format!("{path}.type"),
-                format!(
-                    "{:?}: only RuntimeDefault holds for a fiber (it makes no host system calls)",
-                    profile.type_
-                ),
+                format!("{:?}: only RuntimeDefault holds for a fiber (it makes no host system calls)", profile.type_),
             );
         }
-        if profile
-            .localhost_profile
-            .as_deref()
-            .is_some_and(|p| !p.is_empty())
-        {
-            self.unsupported(
-                format!("{path}.localhostProfile"),
-                "host seccomp profiles do not apply inside a fiber",
-            );
+        if profile.localhost_profile.as_deref().is_some_and(|p| !p.is_empty()) {
+            self.unsupported(format!("{path}.localhostProfile"), "host seccomp profiles do not apply inside a fiber");
         }
     }
 
@@ -316,30 +243,18 @@ impl Checker<'_> {
         self.others(base, &sc.other, security_field_reason);
         self.run_as_non_root(base, sc.run_as_non_root);
         if sc.allow_privilege_escalation == Some(true) {
-            self.unsupported(
-                format!("{base}.allowPrivilegeEscalation"),
-                "only false holds for a fiber: it has no privileges to gain",
-            );
+            self.unsupported(format!("{base}.allowPrivilegeEscalation"), "only false holds for a fiber: it has no privileges to gain");
         }
         if sc.read_only_root_filesystem == Some(false) {
-            self.unsupported(
-                format!("{base}.readOnlyRootFilesystem"),
-                "only true holds for a fiber: it has no filesystem to write",
-            );
+            self.unsupported(format!("{base}.readOnlyRootFilesystem"), "only true holds for a fiber: it has no filesystem to write");
         }
         if sc.privileged == Some(true) {
-            self.unsupported(
-                format!("{base}.privileged"),
-                "a fiber cannot run privileged: it has no access to the host",
-            );
+            self.unsupported(format!("{base}.privileged"), "a fiber cannot run privileged: it has no access to the host");
         }
         if let Some(Capabilities { add: Some(add), .. }) = &sc.capabilities
             && !add.is_empty()
         {
-            self.unsupported(
-                format!("{base}.capabilities.add"),
-                "a fiber has no Linux capabilities to add; dropping them is accepted",
-            );
+            self.unsupported(format!("{base}.capabilities.add"), "a fiber has no Linux capabilities to add; dropping them is accepted");
         }
         self.seccomp(base, sc.seccomp_profile.as_ref());
     }

@@ -15,20 +15,15 @@ pub(super) fn pod_field_reason(field: &str) -> &'static str {
         | "priorityClassName"
         | "priority"
         | "preemptionPolicy"
-        | "schedulingGates" => {
-            "fibers are not scheduled as Kubernetes pods, so placement settings have no effect"
-        }
+        | "schedulingGates" => "fibers are not scheduled as Kubernetes pods, so placement settings have no effect",
         "hostNetwork" | "hostPID" | "hostIPC" | "hostUsers" | "shareProcessNamespace" => {
             "a fiber shares no namespaces with its host or with other fibers"
         }
-        "dnsPolicy" | "dnsConfig" | "hostAliases" | "hostname" | "subdomain"
-        | "setHostnameAsFQDN" => "a fiber opens no network connections, so it has no resolver",
-        "terminationGracePeriodSeconds" | "activeDeadlineSeconds" | "restartPolicy" => {
-            "the fiber runtime manages the lifecycle of fibers"
+        "dnsPolicy" | "dnsConfig" | "hostAliases" | "hostname" | "subdomain" | "setHostnameAsFQDN" => {
+            "a fiber opens no network connections, so it has no resolver"
         }
-        "resources" | "overhead" | "resourceClaims" => {
-            "fiber resources come from the container's cpu and memory only"
-        }
+        "terminationGracePeriodSeconds" | "activeDeadlineSeconds" | "restartPolicy" => "the fiber runtime manages the lifecycle of fibers",
+        "resources" | "overhead" | "resourceClaims" => "fiber resources come from the container's cpu and memory only",
         _ => "not part of the pod-spec subset fibers support",
     }
 }
@@ -38,24 +33,17 @@ pub(super) fn container_field_reason(field: &str) -> &'static str {
         "workingDir" | "volumeMounts" | "volumeDevices" => "a fiber has no filesystem",
         "lifecycle" => "a fiber has no process to run hooks in",
         "stdin" | "stdinOnce" | "tty" => "a fiber has no terminal or standard input",
-        "terminationMessagePath" | "terminationMessagePolicy" => {
-            "a fiber does not exit with a termination message"
-        }
-        "resizePolicy" | "restartPolicy" | "restartPolicyRules" => {
-            "the fiber runtime manages restarts and resources"
-        }
+        "terminationMessagePath" | "terminationMessagePolicy" => "a fiber does not exit with a termination message",
+        "resizePolicy" | "restartPolicy" | "restartPolicyRules" => "the fiber runtime manages restarts and resources",
         _ => "not part of the container subset fibers support",
     }
 }
 
 pub(super) fn security_field_reason(field: &str) -> &'static str {
     match field {
-        "runAsUser"
-        | "runAsGroup"
-        | "supplementalGroups"
-        | "supplementalGroupsPolicy"
-        | "fsGroup"
-        | "fsGroupChangePolicy" => "a fiber has no user or group ids",
+        "runAsUser" | "runAsGroup" | "supplementalGroups" | "supplementalGroupsPolicy" | "fsGroup" | "fsGroupChangePolicy" => {
+            "a fiber has no user or group ids"
+        }
         "seLinuxOptions" | "seLinuxChangePolicy" | "appArmorProfile" | "windowsOptions" => {
             "host security modules do not apply inside a fiber"
         }
@@ -63,4 +51,3 @@ pub(super) fn security_field_reason(field: &str) -> &'static str {
         _ => "not a security setting that holds for a fiber",
     }
 }
-

@@ -15,10 +15,8 @@ fn template(value: Value) -> RevisionTemplateSpec {
 
 /// A template with one plain container and the given annotations.
 fn annotated(annotations: &[(&str, &str)]) -> RevisionTemplateSpec {
-    let map: BTreeMap<String, String> = annotations
-        .iter()
-        .map(|(k, v)| (format!("autoscaling.knative.dev/{k}"), (*v).to_owned()))
-        .collect();
+    let map: BTreeMap<String, String> =
+        annotations.iter().map(|(k, v)| (format!("autoscaling.knative.dev/{k}"), (*v).to_owned())).collect();
     template(json!({
         "metadata": {"annotations": map},
         "spec": {"containers": [{"image": "x"}]},
@@ -53,11 +51,7 @@ fn defaults() {
         FiberPolicy {
             container_concurrency: 0,
             scaling: default_scaling(),
-            timeouts: TimeoutPolicy {
-                request: Duration::from_secs(300),
-                response_start: Duration::from_secs(300),
-                idle: None,
-            },
+            timeouts: TimeoutPolicy { request: Duration::from_secs(300), response_start: Duration::from_secs(300), idle: None },
             memory_bytes: None,
             env: Vec::new(),
             env_refs: Vec::new(),
@@ -86,50 +80,26 @@ fn every_annotation_and_alias() {
         ("initialScale", "3", |p| p.initial_scale = 3),
         ("activation-scale", "4", |p| p.activation_scale = 4),
         ("target", "25.5", |p| p.target = 25.5),
-        ("target-utilization-percentage", "85", |p| {
-            p.target_utilization_percent = 85.0
-        }),
-        ("targetUtilizationPercentage", "85", |p| {
-            p.target_utilization_percent = 85.0
-        }),
+        ("target-utilization-percentage", "85", |p| p.target_utilization_percent = 85.0),
+        ("targetUtilizationPercentage", "85", |p| p.target_utilization_percent = 85.0),
         ("target-burst-capacity", "-1", |_| {}),
         ("targetBurstCapacity", "0", |_| {}),
-        ("window", "2m", |p| {
-            p.stable_window = Duration::from_secs(120)
-        }),
+        ("window", "2m", |p| p.stable_window = Duration::from_secs(120)),
         ("window", "6s", |p| p.stable_window = Duration::from_secs(6)),
-        ("window", "1h", |p| {
-            p.stable_window = Duration::from_secs(3600)
-        }),
-        ("scale-down-delay", "1m30s", |p| {
-            p.scale_down_delay = Duration::from_secs(90)
-        }),
+        ("window", "1h", |p| p.stable_window = Duration::from_secs(3600)),
+        ("scale-down-delay", "1m30s", |p| p.scale_down_delay = Duration::from_secs(90)),
         ("scaleDownDelay", "0s", |_| {}),
-        ("scale-to-zero-pod-retention-period", "1m5s", |p| {
-            p.scale_to_zero_retention = Duration::from_secs(65)
-        }),
-        ("scaleToZeroPodRetentionPeriod", "1.5s", |p| {
-            p.scale_to_zero_retention = Duration::from_millis(1500)
-        }),
-        ("panic-window-percentage", "20", |p| {
-            p.panic_window_percent = 20.0
-        }),
-        ("panicWindowPercentage", "1", |p| {
-            p.panic_window_percent = 1.0
-        }),
-        ("panic-threshold-percentage", "150", |p| {
-            p.panic_threshold_percent = 150.0
-        }),
-        ("panicThresholdPercentage", "1000", |p| {
-            p.panic_threshold_percent = 1000.0
-        }),
+        ("scale-to-zero-pod-retention-period", "1m5s", |p| p.scale_to_zero_retention = Duration::from_secs(65)),
+        ("scaleToZeroPodRetentionPeriod", "1.5s", |p| p.scale_to_zero_retention = Duration::from_millis(1500)),
+        ("panic-window-percentage", "20", |p| p.panic_window_percent = 20.0),
+        ("panicWindowPercentage", "1", |p| p.panic_window_percent = 1.0),
+        ("panic-threshold-percentage", "150", |p| p.panic_threshold_percent = 150.0),
+        ("panicThresholdPercentage", "1000", |p| p.panic_threshold_percent = 1000.0),
     ];
     for (key, value, set) in table {
         let mut want = default_scaling();
         set(&mut want);
-        let got = translate(&annotated(&[(key, value)]))
-            .unwrap_or_else(|e| panic!("{key}={value}: {e}"))
-            .scaling;
+        let got = translate(&annotated(&[(key, value)])).unwrap_or_else(|e| panic!("{key}={value}: {e}")).scaling;
         assert_eq!(got, want, "{key}={value}");
     }
     // Unrelated annotations are not ours to judge.
@@ -142,11 +112,7 @@ fn every_annotation_and_alias() {
 
 #[test]
 fn min_max_and_activation_together() {
-    let p = ok(&annotated(&[
-        ("min-scale", "2"),
-        ("max-scale", "10"),
-        ("activation-scale", "3"),
-    ]));
+    let p = ok(&annotated(&[("min-scale", "2"), ("max-scale", "10"), ("activation-scale", "3")]));
     assert_eq!((p.scaling.min_scale, p.scaling.max_scale), (2, 10));
     assert_eq!(p.scaling.activation_scale, 3);
     // max-scale 0 means unbounded, so any min-scale fits.
@@ -159,60 +125,15 @@ fn invalid_annotations_name_their_path() {
     // (annotations, key with the problem, kind, part of the reason)
     type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, ProblemKind, &'a str);
     let table: &[Case] = &[
-        (
-            &[("min-scale", "-1")],
-            "min-scale",
-            ProblemKind::Invalid,
-            "out of bounds",
-        ),
-        (
-            &[("min-scale", "two")],
-            "min-scale",
-            ProblemKind::Invalid,
-            "not an integer",
-        ),
-        (
-            &[("minScale", "1.5")],
-            "minScale",
-            ProblemKind::Invalid,
-            "not an integer",
-        ),
-        (
-            &[("maxScale", "99999999999")],
-            "maxScale",
-            ProblemKind::Invalid,
-            "out of bounds",
-        ),
-        (
-            &[("min-scale", "3"), ("max-scale", "2")],
-            "max-scale",
-            ProblemKind::Invalid,
-            "max-scale=2 is less than min-scale=3",
-        ),
-        (
-            &[("initial-scale", "0")],
-            "initial-scale",
-            ProblemKind::Invalid,
-            "allow-zero-initial-scale",
-        ),
-        (
-            &[("initialScale", "-2")],
-            "initialScale",
-            ProblemKind::Invalid,
-            "greater than 0",
-        ),
-        (
-            &[("initial-scale", "x")],
-            "initial-scale",
-            ProblemKind::Invalid,
-            "not an integer",
-        ),
-        (
-            &[("activation-scale", "1")],
-            "activation-scale",
-            ProblemKind::Invalid,
-            "greater than 1",
-        ),
+        (&[("min-scale", "-1")], "min-scale", ProblemKind::Invalid, "out of bounds"),
+        (&[("min-scale", "two")], "min-scale", ProblemKind::Invalid, "not an integer"),
+        (&[("minScale", "1.5")], "minScale", ProblemKind::Invalid, "not an integer"),
+        (&[("maxScale", "99999999999")], "maxScale", ProblemKind::Invalid, "out of bounds"),
+        (&[("min-scale", "3"), ("max-scale", "2")], "max-scale", ProblemKind::Invalid, "max-scale=2 is less than min-scale=3"),
+        (&[("initial-scale", "0")], "initial-scale", ProblemKind::Invalid, "allow-zero-initial-scale"),
+        (&[("initialScale", "-2")], "initialScale", ProblemKind::Invalid, "greater than 0"),
+        (&[("initial-scale", "x")], "initial-scale", ProblemKind::Invalid, "not an integer"),
+        (&[("activation-scale", "1")], "activation-scale", ProblemKind::Invalid, "greater than 1"),
         (
             &[("activation-scale", "5"), ("max-scale", "3")],
             "activation-scale",
@@ -225,200 +146,58 @@ fn invalid_annotations_name_their_path() {
             ProblemKind::Invalid,
             "min-scale=3 is greater than activation-scale=2",
         ),
-        (
-            &[("target", "0")],
-            "target",
-            ProblemKind::Invalid,
-            "at least 0.01",
-        ),
-        (
-            &[("target", "lots")],
-            "target",
-            ProblemKind::Invalid,
-            "not a number",
-        ),
-        (
-            &[("target", "NaN")],
-            "target",
-            ProblemKind::Invalid,
-            "not a number",
-        ),
-        (
-            &[("target", "inf")],
-            "target",
-            ProblemKind::Invalid,
-            "not a number",
-        ),
-        (
-            &[("target-utilization-percentage", "101")],
-            "target-utilization-percentage",
-            ProblemKind::Invalid,
-            "between 1 and 100",
-        ),
-        (
-            &[("targetUtilizationPercentage", "0.5")],
-            "targetUtilizationPercentage",
-            ProblemKind::Invalid,
-            "between 1 and 100",
-        ),
-        (
-            &[("target-burst-capacity", "-2")],
-            "target-burst-capacity",
-            ProblemKind::Invalid,
-            "-1",
-        ),
-        (
-            &[("metric", "cpu")],
-            "metric",
-            ProblemKind::Invalid,
-            "use concurrency or rps",
-        ),
-        (
-            &[("window", "5s")],
-            "window",
-            ProblemKind::Invalid,
-            "between 6s and 3600s",
-        ),
-        (
-            &[("window", "61m")],
-            "window",
-            ProblemKind::Invalid,
-            "between 6s and 3600s",
-        ),
-        (
-            &[("window", "-10s")],
-            "window",
-            ProblemKind::Invalid,
-            "between 6s and 3600s",
-        ),
-        (
-            &[("window", "6.5s")],
-            "window",
-            ProblemKind::Invalid,
-            "whole seconds",
-        ),
-        (
-            &[("window", "60")],
-            "window",
-            ProblemKind::Invalid,
-            "missing unit",
-        ),
-        (
-            &[("window", "1d")],
-            "window",
-            ProblemKind::Invalid,
-            "unknown unit",
-        ),
-        (
-            &[("scale-down-delay", "2h")],
-            "scale-down-delay",
-            ProblemKind::Invalid,
-            "between 0s and 3600s",
-        ),
-        (
-            &[("scaleDownDelay", "-1s")],
-            "scaleDownDelay",
-            ProblemKind::Invalid,
-            "between 0s and 3600s",
-        ),
-        (
-            &[("scale-down-delay", "1500ms")],
-            "scale-down-delay",
-            ProblemKind::Invalid,
-            "whole seconds",
-        ),
+        (&[("target", "0")], "target", ProblemKind::Invalid, "at least 0.01"),
+        (&[("target", "lots")], "target", ProblemKind::Invalid, "not a number"),
+        (&[("target", "NaN")], "target", ProblemKind::Invalid, "not a number"),
+        (&[("target", "inf")], "target", ProblemKind::Invalid, "not a number"),
+        (&[("target-utilization-percentage", "101")], "target-utilization-percentage", ProblemKind::Invalid, "between 1 and 100"),
+        (&[("targetUtilizationPercentage", "0.5")], "targetUtilizationPercentage", ProblemKind::Invalid, "between 1 and 100"),
+        (&[("target-burst-capacity", "-2")], "target-burst-capacity", ProblemKind::Invalid, "-1"),
+        (&[("metric", "cpu")], "metric", ProblemKind::Invalid, "use concurrency or rps"),
+        (&[("window", "5s")], "window", ProblemKind::Invalid, "between 6s and 3600s"),
+        (&[("window", "61m")], "window", ProblemKind::Invalid, "between 6s and 3600s"),
+        (&[("window", "-10s")], "window", ProblemKind::Invalid, "between 6s and 3600s"),
+        (&[("window", "6.5s")], "window", ProblemKind::Invalid, "whole seconds"),
+        (&[("window", "60")], "window", ProblemKind::Invalid, "missing unit"),
+        (&[("window", "1d")], "window", ProblemKind::Invalid, "unknown unit"),
+        (&[("scale-down-delay", "2h")], "scale-down-delay", ProblemKind::Invalid, "between 0s and 3600s"),
+        (&[("scaleDownDelay", "-1s")], "scaleDownDelay", ProblemKind::Invalid, "between 0s and 3600s"),
+        (&[("scale-down-delay", "1500ms")], "scale-down-delay", ProblemKind::Invalid, "whole seconds"),
         (
             &[("scale-to-zero-pod-retention-period", "1h1s")],
             "scale-to-zero-pod-retention-period",
             ProblemKind::Invalid,
             "between 0s and 3600s",
         ),
-        (
-            &[("scaleToZeroPodRetentionPeriod", "soon")],
-            "scaleToZeroPodRetentionPeriod",
-            ProblemKind::Invalid,
-            "invalid duration",
-        ),
-        (
-            &[("panic-window-percentage", "0.5")],
-            "panic-window-percentage",
-            ProblemKind::Invalid,
-            "between 1 and 100",
-        ),
-        (
-            &[("panicWindowPercentage", "101")],
-            "panicWindowPercentage",
-            ProblemKind::Invalid,
-            "between 1 and 100",
-        ),
-        (
-            &[("panic-threshold-percentage", "100")],
-            "panic-threshold-percentage",
-            ProblemKind::Invalid,
-            "between 110 and 1000",
-        ),
-        (
-            &[("panicThresholdPercentage", "1001")],
-            "panicThresholdPercentage",
-            ProblemKind::Invalid,
-            "between 110 and 1000",
-        ),
-        (
-            &[("class", "hpa.autoscaling.knative.dev")],
-            "class",
-            ProblemKind::Unsupported,
-            "CPU or memory",
-        ),
-        (
-            &[("class", "xyz.autoscaling.knative.dev")],
-            "class",
-            ProblemKind::Invalid,
-            "unknown autoscaler class",
-        ),
-        (
-            &[("class", "example.com/scaler")],
-            "class",
-            ProblemKind::Unsupported,
-            "cannot scale fibers",
-        ),
-        (
-            &[("minscale", "1")],
-            "minscale",
-            ProblemKind::Unsupported,
-            "not an autoscaling setting",
-        ),
+        (&[("scaleToZeroPodRetentionPeriod", "soon")], "scaleToZeroPodRetentionPeriod", ProblemKind::Invalid, "invalid duration"),
+        (&[("panic-window-percentage", "0.5")], "panic-window-percentage", ProblemKind::Invalid, "between 1 and 100"),
+        (&[("panicWindowPercentage", "101")], "panicWindowPercentage", ProblemKind::Invalid, "between 1 and 100"),
+        (&[("panic-threshold-percentage", "100")], "panic-threshold-percentage", ProblemKind::Invalid, "between 110 and 1000"),
+        (&[("panicThresholdPercentage", "1001")], "panicThresholdPercentage", ProblemKind::Invalid, "between 110 and 1000"),
+        (&[("class", "hpa.autoscaling.knative.dev")], "class", ProblemKind::Unsupported, "CPU or memory"),
+        (&[("class", "xyz.autoscaling.knative.dev")], "class", ProblemKind::Invalid, "unknown autoscaler class"),
+        (&[("class", "example.com/scaler")], "class", ProblemKind::Unsupported, "cannot scale fibers"),
+        (&[("minscale", "1")], "minscale", ProblemKind::Unsupported, "not an autoscaling setting"),
         (
             &[("metric-aggregation-algorithm", "linear")],
             "metric-aggregation-algorithm",
             ProblemKind::Unsupported,
             "not an autoscaling setting",
         ),
-        (
-            &[("min-scale", "1"), ("minScale", "1")],
-            "minScale",
-            ProblemKind::Invalid,
-            "set together with autoscaling.knative.dev/min-scale",
-        ),
+        (&[("min-scale", "1"), ("minScale", "1")], "minScale", ProblemKind::Invalid, "set together with autoscaling.knative.dev/min-scale"),
     ];
     for (annotations, key, kind, reason) in table {
         let e = err(&annotated(annotations));
         let path = format!("{ANN}[\"autoscaling.knative.dev/{key}\"]");
         assert_eq!(e.paths(), [path.as_str()], "{annotations:?}: {e}");
         assert_eq!(e.problems[0].kind, *kind, "{annotations:?}");
-        assert!(
-            e.problems[0].reason.contains(reason),
-            "{annotations:?}: {:?} should mention {reason:?}",
-            e.problems[0].reason
-        );
+        assert!(e.problems[0].reason.contains(reason), "{annotations:?}: {:?} should mention {reason:?}", e.problems[0].reason);
     }
 }
 
 #[test]
 fn hpa_class_does_not_also_complain_about_its_metric() {
-    let e = err(&annotated(&[
-        ("class", "hpa.autoscaling.knative.dev"),
-        ("metric", "cpu"),
-    ]));
+    let e = err(&annotated(&[("class", "hpa.autoscaling.knative.dev"), ("metric", "cpu")]));
     assert_eq!(e.paths().len(), 1, "{e}");
 }
 
@@ -446,9 +225,7 @@ fn cluster(pairs: &[(&str, &str)]) -> AutoscalerConfig {
 }
 
 fn with(t: &RevisionTemplateSpec, config: &AutoscalerConfig, rules: Rules) -> ScalingPolicy {
-    translate_with(t, config, rules)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .scaling
+    translate_with(t, config, rules).unwrap_or_else(|e| panic!("{e}")).scaling
 }
 
 #[test]
@@ -577,18 +354,12 @@ fn spec_timeouts_and_concurrency() {
     })));
     assert_eq!(
         p.timeouts,
-        TimeoutPolicy {
-            request: Duration::from_secs(100),
-            response_start: Duration::from_secs(50),
-            idle: Some(Duration::from_secs(30)),
-        }
+        TimeoutPolicy { request: Duration::from_secs(100), response_start: Duration::from_secs(50), idle: Some(Duration::from_secs(30)) }
     );
     assert_eq!(p.request_deadline(), Duration::from_secs(50));
     assert_eq!(p.container_concurrency, 1000);
     // responseStart defaults to the request timeout; 0 means "not set".
-    let p = ok(&spec(
-        json!({"timeoutSeconds": 600, "idleTimeoutSeconds": 0}),
-    ));
+    let p = ok(&spec(json!({"timeoutSeconds": 600, "idleTimeoutSeconds": 0})));
     assert_eq!(p.timeouts.response_start, Duration::from_secs(600));
     assert_eq!(p.timeouts.idle, None);
 
@@ -599,26 +370,14 @@ fn spec_timeouts_and_concurrency() {
     })));
     assert_eq!(
         e.paths(),
-        [
-            "spec.template.spec.containerConcurrency",
-            "spec.template.spec.timeoutSeconds",
-            "spec.template.spec.idleTimeoutSeconds",
-        ]
+        ["spec.template.spec.containerConcurrency", "spec.template.spec.timeoutSeconds", "spec.template.spec.idleTimeoutSeconds",]
     );
-    let e = err(&spec(
-        json!({"timeoutSeconds": 100, "responseStartTimeoutSeconds": 101}),
-    ));
-    assert_eq!(
-        e.paths(),
-        ["spec.template.spec.responseStartTimeoutSeconds"]
-    );
+    let e = err(&spec(json!({"timeoutSeconds": 100, "responseStartTimeoutSeconds": 101})));
+    assert_eq!(e.paths(), ["spec.template.spec.responseStartTimeoutSeconds"]);
     assert!(e.problems[0].reason.contains("timeoutSeconds (100)"), "{e}");
     // Without timeoutSeconds the default (300) bounds it.
     let e = err(&spec(json!({"responseStartTimeoutSeconds": 301})));
-    assert_eq!(
-        e.paths(),
-        ["spec.template.spec.responseStartTimeoutSeconds"]
-    );
+    assert_eq!(e.paths(), ["spec.template.spec.responseStartTimeoutSeconds"]);
 }
 
 #[test]
@@ -626,62 +385,29 @@ fn memory_quantities() {
     let table: &[(Value, Option<u64>)] = &[
         (json!({"limits": {"memory": "128Mi"}}), Some(128 << 20)),
         (json!({"requests": {"memory": "1G"}}), Some(1_000_000_000)),
-        (
-            json!({"limits": {"memory": "256M"}, "requests": {"memory": "128Mi"}}),
-            Some(256_000_000),
-        ),
-        (
-            json!({"limits": {"memory": "1Gi"}, "requests": {"memory": "1Gi"}}),
-            Some(1 << 30),
-        ),
+        (json!({"limits": {"memory": "256M"}, "requests": {"memory": "128Mi"}}), Some(256_000_000)),
+        (json!({"limits": {"memory": "1Gi"}, "requests": {"memory": "1Gi"}}), Some(1 << 30)),
         (json!({"limits": {"memory": "1048576"}}), Some(1_048_576)),
         (json!({"limits": {"memory": 1048576}}), Some(1_048_576)),
         (json!({"limits": {"memory": "1.5Gi"}}), Some(3 << 29)),
         (json!({"limits": {"memory": "64e6"}}), Some(64_000_000)),
-        (
-            json!({"limits": {"cpu": "1"}, "requests": {"cpu": "250m"}}),
-            None,
-        ),
+        (json!({"limits": {"cpu": "1"}, "requests": {"cpu": "250m"}}), None),
         (json!({}), None),
     ];
     for (resources, want) in table {
-        let p = ok(&with_container(
-            json!({"image": "x", "resources": resources}),
-        ));
+        let p = ok(&with_container(json!({"image": "x", "resources": resources})));
         assert_eq!(p.memory_bytes, *want, "{resources}");
     }
     let res = format!("{C0}.resources");
     let bad: &[(Value, String, &str)] = &[
-        (
-            json!({"limits": {"memory": "12XB"}}),
-            format!("{res}.limits.memory"),
-            "invalid quantity",
-        ),
-        (
-            json!({"requests": {"memory": "-1Mi"}}),
-            format!("{res}.requests.memory"),
-            "negative",
-        ),
-        (
-            json!({"limits": {"memory": "0"}}),
-            format!("{res}.limits.memory"),
-            "greater than 0",
-        ),
-        (
-            json!({"limits": {"cpu": "one"}}),
-            format!("{res}.limits.cpu"),
-            "invalid quantity",
-        ),
-        (
-            json!({"limits": {"memory": "128Mi"}, "requests": {"memory": "256Mi"}}),
-            format!("{res}.requests.memory"),
-            "more than the limit",
-        ),
+        (json!({"limits": {"memory": "12XB"}}), format!("{res}.limits.memory"), "invalid quantity"),
+        (json!({"requests": {"memory": "-1Mi"}}), format!("{res}.requests.memory"), "negative"),
+        (json!({"limits": {"memory": "0"}}), format!("{res}.limits.memory"), "greater than 0"),
+        (json!({"limits": {"cpu": "one"}}), format!("{res}.limits.cpu"), "invalid quantity"),
+        (json!({"limits": {"memory": "128Mi"}, "requests": {"memory": "256Mi"}}), format!("{res}.requests.memory"), "more than the limit"),
     ];
     for (resources, path, reason) in bad {
-        let e = err(&with_container(
-            json!({"image": "x", "resources": resources}),
-        ));
+        let e = err(&with_container(json!({"image": "x", "resources": resources})));
         assert_eq!(e.paths(), [path.as_str()], "{resources}");
         assert!(e.problems[0].reason.contains(reason), "{e}");
     }
@@ -692,9 +418,7 @@ fn ports() {
     let port = |ports: Value| with_container(json!({"image": "x", "ports": ports}));
     let p = ok(&port(json!([{"name": "h2c", "containerPort": 8080}])));
     assert_eq!((p.http2, p.port), (true, Some(8080)));
-    let p = ok(&port(
-        json!([{"name": "http1", "containerPort": 9000, "protocol": "TCP"}]),
-    ));
+    let p = ok(&port(json!([{"name": "http1", "containerPort": 9000, "protocol": "TCP"}])));
     assert_eq!((p.http2, p.port), (false, Some(9000)));
     let p = ok(&port(json!([{"containerPort": 8080}])));
     assert_eq!((p.http2, p.port), (false, Some(8080)));
@@ -736,14 +460,7 @@ fn env_literals_and_value_from() {
         {"name": "A", "value": "1"},
         {"name": "EMPTY"},
     ]})));
-    assert_eq!(
-        p.env,
-        [
-            ("B".to_owned(), "2".to_owned()),
-            ("A".to_owned(), "1".to_owned()),
-            ("EMPTY".to_owned(), String::new()),
-        ]
-    );
+    assert_eq!(p.env, [("B".to_owned(), "2".to_owned()), ("A".to_owned(), "1".to_owned()), ("EMPTY".to_owned(), String::new()),]);
     // ConfigMap and Secret references travel as references, in declaration order.
     let p = ok(&with_container(json!({"image": "x",
         "envFrom": [{"prefix": "CFG_", "configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "sec", "optional": true}}],
@@ -757,7 +474,9 @@ fn env_literals_and_value_from() {
     let refs: Vec<_> = p
         .env_refs
         .iter()
-        .map(|r| (r.source.kind, r.source.name.as_str(), r.source.optional, r.key.as_deref(), r.variable.as_deref(), r.index, r.prefix.as_str()))
+        .map(|r| {
+            (r.source.kind, r.source.name.as_str(), r.source.optional, r.key.as_deref(), r.variable.as_deref(), r.index, r.prefix.as_str())
+        })
         .collect();
     assert_eq!(
         refs,
@@ -859,32 +578,13 @@ fn every_unsupported_field_is_listed_in_one_error() {
     want.sort();
     got.sort();
     assert_eq!(got, want, "{e}");
-    assert!(
-        e.problems
-            .iter()
-            .all(|p| p.kind == ProblemKind::Unsupported),
-        "{e}"
-    );
+    assert!(e.problems.iter().all(|p| p.kind == ProblemKind::Unsupported), "{e}");
 
     let shown = e.to_string();
     let mut lines = shown.lines();
-    assert_eq!(
-        lines.next(),
-        Some(
-            format!(
-                "the Revision template cannot run as fibers ({} problems):",
-                want.len()
-            )
-            .as_str()
-        )
-    );
+    assert_eq!(lines.next(), Some(format!("the Revision template cannot run as fibers ({} problems):", want.len()).as_str()));
     assert_eq!(lines.count(), want.len());
-    assert!(
-        shown.contains(&format!(
-            "\n  - {spec}.volumes: unsupported: a fiber has no filesystem to mount volumes into"
-        )),
-        "{shown}"
-    );
+    assert!(shown.contains(&format!("\n  - {spec}.volumes: unsupported: a fiber has no filesystem to mount volumes into")), "{shown}");
 }
 
 #[test]
@@ -932,27 +632,19 @@ fn supported_subset_is_accepted() {
     let p = ok(&t);
     assert_eq!(p.timeouts.request, Duration::from_secs(300));
     // A readiness probe may name no handler (Knative fills in tcpSocket).
-    ok(&with_container(
-        json!({"image": "x", "readinessProbe": {"periodSeconds": 1}}),
-    ));
+    ok(&with_container(json!({"image": "x", "readinessProbe": {"periodSeconds": 1}})));
 }
 
 #[test]
 fn probe_handlers() {
     let probe = |field: &str, p: Value| with_container(json!({"image": "x", field: p}));
-    let e = err(&probe(
-        "readinessProbe",
-        json!({"httpGet": {"path": "/"}, "tcpSocket": {}}),
-    ));
+    let e = err(&probe("readinessProbe", json!({"httpGet": {"path": "/"}, "tcpSocket": {}})));
     assert_eq!(e.paths(), [format!("{C0}.readinessProbe")]);
     assert!(e.problems[0].reason.contains("exactly one handler"), "{e}");
     let e = err(&probe("livenessProbe", json!({"periodSeconds": 3})));
     assert_eq!(e.paths(), [format!("{C0}.livenessProbe")]);
     // An exec handler is reported once, not also as a missing handler.
-    let e = err(&probe(
-        "startupProbe",
-        json!({"exec": {"command": ["true"]}}),
-    ));
+    let e = err(&probe("startupProbe", json!({"exec": {"command": ["true"]}})));
     assert_eq!(e.paths(), [format!("{C0}.startupProbe.exec")]);
 }
 
@@ -967,13 +659,7 @@ fn revision_paths_start_at_the_revision() {
         Ok(p) => panic!("expected an error, got {p:?}"),
         Err(e) => e,
     };
-    assert_eq!(
-        e.paths(),
-        [
-            "metadata.annotations[\"autoscaling.knative.dev/window\"]",
-            "spec.containers[0].workingDir",
-        ]
-    );
+    assert_eq!(e.paths(), ["metadata.annotations[\"autoscaling.knative.dev/window\"]", "spec.containers[0].workingDir",]);
 }
 
 #[test]
@@ -1007,8 +693,7 @@ spec:
               memory: 64Mi
               cpu: "1"
 "#;
-    let manifests =
-        crate::parse_manifests(text, "hello.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let manifests = crate::parse_manifests(text, "hello.yaml").unwrap_or_else(|e| panic!("{e}"));
     let crate::ManifestObject::Service(svc) = &manifests[0].object else {
         panic!("expected a Service");
     };

@@ -19,11 +19,7 @@ pub const SERVING: &str = "knative.dev/serving";
 pub const NETWORKING: &str = "knative.dev/networking";
 
 /// The `apiVersion`s whose objects the tests look for.
-pub const API_VERSIONS: &[&str] = &[
-    "serving.knative.dev/v1",
-    "serving.knative.dev/v1beta1",
-    "networking.internal.knative.dev/v1alpha1",
-];
+pub const API_VERSIONS: &[&str] = &["serving.knative.dev/v1", "serving.knative.dev/v1beta1", "networking.internal.knative.dev/v1alpha1"];
 
 /// The directory of `module` at the version `knative/go.mod` pins.
 pub fn module_dir(module: &str) -> PathBuf {
@@ -64,21 +60,11 @@ pub fn go_written() -> Vec<(String, String, Value)> {
     let knative = manifest.join("../knative");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wiregen");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let read =
-        |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let go_mod = read(&knative.join("go.mod")).replacen(
-        "module lampyr.dev/knative",
-        "module lampyr.dev/wiregen",
-        1,
-    );
-    for (name, text) in [
-        ("go.mod", go_mod),
-        ("go.sum", read(&knative.join("go.sum"))),
-        (
-            "main.go",
-            read(&manifest.join("tests/upstream/wiregen/main.go")),
-        ),
-    ] {
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let go_mod = read(&knative.join("go.mod")).replacen("module lampyr.dev/knative", "module lampyr.dev/wiregen", 1);
+    for (name, text) in
+        [("go.mod", go_mod), ("go.sum", read(&knative.join("go.sum"))), ("main.go", read(&manifest.join("tests/upstream/wiregen/main.go")))]
+    {
         std::fs::write(dir.join(name), text).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let out = Command::new("go")
@@ -91,9 +77,7 @@ pub fn go_written() -> Vec<(String, String, Value)> {
         .env("GOFLAGS", "-mod=mod")
         .env("GOWORK", "off")
         .output()
-        .unwrap_or_else(|e| {
-            panic!("`go run` of tests/upstream/wiregen could not start ({e}); install Go")
-        });
+        .unwrap_or_else(|e| panic!("`go run` of tests/upstream/wiregen could not start ({e}); install Go"));
     assert!(
         out.status.success(),
         "tests/upstream/wiregen failed; run `go -C knative mod download` if a module is missing:\n{}",
@@ -122,12 +106,7 @@ pub fn without_empty(value: &Value, empty_lists: bool) -> Value {
                 .map(|(k, v)| (k.clone(), without_empty(v, empty_lists)))
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|v| without_empty(v, empty_lists))
-                .collect(),
-        ),
+        Value::Array(items) => Value::Array(items.iter().map(|v| without_empty(v, empty_lists)).collect()),
         other => other.clone(),
     }
 }
@@ -164,31 +143,18 @@ pub fn examples(module: &str, dir: &Path) -> Vec<Example> {
         if !API_VERSIONS.iter().any(|v| text.contains(v)) {
             continue;
         }
-        let rel = path
-            .strip_prefix(dir)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
+        let rel = path.strip_prefix(dir).unwrap_or(&path).display().to_string();
         let docs: Vec<Value> = if rel.ends_with(".json") {
-            vec![
-                serde_json::from_str(&text)
-                    .unwrap_or_else(|e| panic!("{module}/{rel} is not JSON: {e}")),
-            ]
+            vec![serde_json::from_str(&text).unwrap_or_else(|e| panic!("{module}/{rel} is not JSON: {e}"))]
         } else {
             serde_yaml::Deserializer::from_str(&text)
-                .map(|d| {
-                    serde::Deserialize::deserialize(d)
-                        .unwrap_or_else(|e| panic!("{module}/{rel} is not YAML: {e}"))
-                })
+                .map(|d| serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{module}/{rel} is not YAML: {e}")))
                 .collect()
         };
         for (i, value) in docs.into_iter().enumerate() {
             let api_version = value["apiVersion"].as_str().unwrap_or_default();
             if API_VERSIONS.contains(&api_version) {
-                found.push(Example {
-                    source: format!("{module}/{rel}#{}", i + 1),
-                    value,
-                });
+                found.push(Example { source: format!("{module}/{rel}#{}", i + 1), value });
             }
         }
     }
@@ -201,10 +167,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.path();
         if path.is_dir() {
             walk(&path, out);
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-        {
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json") {
             out.push(path);
         }
     }
@@ -258,10 +221,7 @@ impl Crds {
     /// Reads serving's `config/core/300-resources` and networking's `config`.
     pub fn load(serving: &Path, networking: &Path) -> Self {
         let mut crds = BTreeMap::new();
-        for dir in [
-            serving.join("config/core/300-resources"),
-            networking.join("config"),
-        ] {
+        for dir in [serving.join("config/core/300-resources"), networking.join("config")] {
             let mut files = Vec::new();
             walk(&dir, &mut files);
             for file in files {
@@ -295,9 +255,7 @@ impl Crds {
 
     /// The CRD for `(apiVersion, kind)`; panics naming it when upstream has none.
     pub fn get(&self, api_version: &str, kind: &str) -> &Crd {
-        self.0
-            .get(&(api_version.to_owned(), kind.to_owned()))
-            .unwrap_or_else(|| panic!("upstream has no CRD for {api_version} {kind}"))
+        self.0.get(&(api_version.to_owned(), kind.to_owned())).unwrap_or_else(|| panic!("upstream has no CRD for {api_version} {kind}"))
     }
 }
 
@@ -316,9 +274,7 @@ fn check(schema: &Value, value: &Value, path: &str, out: &mut Vec<String>) {
         return;
     }
     let type_ok = match schema["type"].as_str() {
-        _ if schema["x-kubernetes-int-or-string"] == true => {
-            value.is_string() || value.is_i64() || value.is_u64()
-        }
+        _ if schema["x-kubernetes-int-or-string"] == true => value.is_string() || value.is_i64() || value.is_u64(),
         Some("object") => value.is_object(),
         Some("array") => value.is_array(),
         Some("string") => value.is_string(),
@@ -348,9 +304,7 @@ fn check(schema: &Value, value: &Value, path: &str, out: &mut Vec<String>) {
                 } else if schema["additionalProperties"].is_object() {
                     check(&schema["additionalProperties"], v, &p, out);
                 } else if schema["additionalProperties"] != true {
-                    out.push(format!(
-                        "{p}: not in the schema (the API server would prune it)"
-                    ));
+                    out.push(format!("{p}: not in the schema (the API server would prune it)"));
                 }
             }
         }
@@ -408,9 +362,7 @@ fn collect(schema: &Value, path: &str, out: &mut Vec<String>) {
 /// node that keeps unknown fields.
 pub fn declares(paths: &[String], path: &str) -> bool {
     paths.iter().any(|p| match p.strip_suffix(".*") {
-        Some(node) => path
-            .strip_prefix(node)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', '{'])),
+        Some(node) => path.strip_prefix(node).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[', '{'])),
         None => p == path,
     })
 }
@@ -424,17 +376,12 @@ pub fn defined_keys(files: &[PathBuf]) -> std::collections::BTreeSet<String> {
     let literal = regex::Regex::new(r#""([a-z.]+\.knative\.dev/[^"]+)""#).expect("regex");
     let mut keys = std::collections::BTreeSet::new();
     for file in files {
-        let text =
-            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let groups: BTreeMap<&str, &str> = group
-            .captures_iter(&text)
-            .filter_map(|c| Some((c.get(1)?.as_str(), c.get(2)?.as_str())))
-            .collect();
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let groups: BTreeMap<&str, &str> =
+            group.captures_iter(&text).filter_map(|c| Some((c.get(1)?.as_str(), c.get(2)?.as_str()))).collect();
         for c in joined.captures_iter(&text) {
             let name = &c[1];
-            let prefix = groups
-                .get(name)
-                .unwrap_or_else(|| panic!("{}: no value for {name}", file.display()));
+            let prefix = groups.get(name).unwrap_or_else(|| panic!("{}: no value for {name}", file.display()));
             keys.insert(format!("{prefix}{}", &c[2]));
         }
         keys.extend(literal.captures_iter(&text).map(|c| c[1].to_owned()));

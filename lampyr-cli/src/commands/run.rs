@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use lampyr_api::{Service, revision_name};
+use lampyr_fiber::LocalBackend;
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::runtime::{RevisionPoolError, revision_pool};
-use lampyr_fiber::LocalBackend;
 use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
 use prometheus_client::registry::Registry;
 
@@ -63,9 +63,8 @@ async fn serve(opts: RunOptions, sources: Vec<Source>, ui: Ui) -> Result<(), Cli
     let (table, served) = load_all(&sources, &metrics, &opts.scaler, &ui).await?;
     let router = Router::new(RouterConfig { domain: opts.domain.clone(), ..RouterConfig::default() }, registry);
     router.set_table(table);
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", opts.listen)))?;
+    let listener =
+        tokio::net::TcpListener::bind(opts.listen).await.map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", opts.listen)))?;
     let addr = listener.local_addr().map_err(|e| CliError::Usage(format!("listener address: {e}")))?;
     announce(&served, addr, &opts.domain, &ui);
     if opts.watch {
@@ -122,9 +121,11 @@ async fn load_all(
     for source in sources {
         for service in read_services(&source.manifest, ui)? {
             let ns = service.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-            let name = service.metadata.name.clone().ok_or_else(|| {
-                CliError::Usage(format!("{}: a Service without metadata.name", source.manifest.display()))
-            })?;
+            let name = service
+                .metadata
+                .name
+                .clone()
+                .ok_or_else(|| CliError::Usage(format!("{}: a Service without metadata.name", source.manifest.display())))?;
             let existing = served.iter().position(|s| s.route.namespace == ns && s.route.name == name);
             let generation = existing.map_or(0, |i| served[i].digests.len()) + 1;
             let revision = service.spec.template.metadata.name.clone().unwrap_or_else(|| revision_name(&name, generation as i64));

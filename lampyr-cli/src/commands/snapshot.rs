@@ -2,12 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
+use lampyr_artifact::cache::Cache;
 use lampyr_artifact::reference::Repository;
+use lampyr_artifact::registry::RegistryClient;
 use lampyr_artifact::{ArtifactRef, PlatformFit, VerifiedArtifact, verify_layout};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
-use lampyr_artifact::cache::Cache;
 use lampyr_fiber::guest_build::{GuestBuild, is_crate_dir};
-use lampyr_artifact::registry::RegistryClient;
 
 use super::CliError;
 use crate::args::SnapshotCommand;

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use lampyr_api::keys::SNAPSHOT_ARTIFACT;
+use lampyr_api::policy::FiberPolicy;
 use lampyr_api::{ManifestObject, Service, parse_manifests};
 use lampyr_artifact::VerifiedArtifact;
 use lampyr_fiber::build::{BuildOptions, build_artifact, reusable_artifact};
-use lampyr_api::policy::FiberPolicy;
 use serde::Deserialize as _;
 
 use super::CliError;

@@ -3,8 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses its part
 
-pub use lampyr_testenv::ly::*;
 use lampyr_testenv::Cluster;
+pub use lampyr_testenv::ly::*;
 
 /// This package's `ly` against `cluster`, with a scaffolded Workspace.
 pub fn ly(cluster: &Cluster) -> Ly<'_> {

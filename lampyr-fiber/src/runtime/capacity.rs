@@ -85,11 +85,8 @@ impl Capacity {
     /// A reservation larger than what is free is cut to what is free (placement should
     /// have prevented it); [`CapacityAccount::reserved`] says what was granted.
     pub fn account(self: &Arc<Self>, reserved: u32, fiber_memory: u64) -> CapacityAccount {
-        let account = CapacityAccount {
-            capacity: Arc::clone(self),
-            fiber_memory: fiber_memory.max(1),
-            state: Mutex::new(AccountState::default()),
-        };
+        let account =
+            CapacityAccount { capacity: Arc::clone(self), fiber_memory: fiber_memory.max(1), state: Mutex::new(AccountState::default()) };
         account.set_reserved(reserved);
         account
     }
@@ -187,8 +184,7 @@ impl CapacityAccount {
             return Ok(());
         }
         let mut usage = self.capacity.lock();
-        let fits = usage.slots() < self.capacity.slots
-            && usage.memory().saturating_add(self.fiber_memory) <= self.capacity.memory;
+        let fits = usage.slots() < self.capacity.slots && usage.memory().saturating_add(self.fiber_memory) <= self.capacity.memory;
         if !fits {
             return Err(CapacityExhausted {
                 slots: self.capacity.slots,

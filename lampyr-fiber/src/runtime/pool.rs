@@ -11,12 +11,12 @@ use lampyr_abi::{Request, Response, encode_request};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
-use lampyr_router::InvokeError;
 use super::capacity::{CapacityAccount, CapacityExhausted};
 use super::fiber::{CallOutcome, Disposition, Fiber};
 use super::template::Template;
 use super::watchdog::{CallState, KillReason, WatchdogGuard};
 use crate::metrics::{PoolMetrics, RuntimeMetrics};
+use lampyr_router::InvokeError;
 
 /// Bounds of one pool.
 #[derive(Clone, Debug)]
@@ -166,8 +166,7 @@ impl FiberPool {
         tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, tx));
         let result = rx.await;
         watchdog.disarm();
-        let (outcome, guest_time) =
-            result.map_err(|_| InvokeError::FiberFailed("the fiber thread ended without an answer".into()))?;
+        let (outcome, guest_time) = result.map_err(|_| InvokeError::FiberFailed("the fiber thread ended without an answer".into()))?;
         let timings = CallTimings { guest: guest_time, host: dispatched.elapsed().saturating_sub(guest_time) };
         i.record(&outcome, timings);
         outcome_to_result(outcome).map(|resp| (resp, timings))
@@ -221,13 +220,7 @@ impl PoolInner {
     }
 
     /// Runs on a blocking thread: takes a fiber, calls it, answers, then recycles it.
-    fn run_call(
-        &self,
-        frame: Vec<u8>,
-        state: &CallState,
-        permit: OwnedSemaphorePermit,
-        answer: oneshot::Sender<(CallOutcome, Duration)>,
-    ) {
+    fn run_call(&self, frame: Vec<u8>, state: &CallState, permit: OwnedSemaphorePermit, answer: oneshot::Sender<(CallOutcome, Duration)>) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.gauge_update();
         let mut fiber = match self.take_fiber() {

@@ -8,9 +8,9 @@ use lampyr_abi::Env;
 use super::capacity::CapacityAccount;
 use super::pool::{FiberPool, PoolConfig};
 use super::template::Template;
-use lampyr_artifact::{ArtifactError, VerifiedArtifact};
 use crate::metrics::RuntimeMetrics;
 use lampyr_api::policy::FiberPolicy;
+use lampyr_artifact::{ArtifactError, VerifiedArtifact};
 
 /// Why a Revision's pool could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -89,11 +89,10 @@ fn reboot_from_elf(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, Artifac
 }
 
 fn apply_env(base: Arc<Snapshot>, env: &Env, sizes: &SandboxSizes) -> Result<Arc<Snapshot>, ArtifactError> {
-    let mut sandbox = sandbox_from(&base, sizes)
-        .map_err(|e| ArtifactError::hyperlight("creating a sandbox to apply the environment", e))?;
-    let refusal: String = sandbox
-        .call(CONFIGURE_FUNCTION, encode_env(env))
-        .map_err(|e| ArtifactError::hyperlight("applying the Revision environment", e))?;
+    let mut sandbox =
+        sandbox_from(&base, sizes).map_err(|e| ArtifactError::hyperlight("creating a sandbox to apply the environment", e))?;
+    let refusal: String =
+        sandbox.call(CONFIGURE_FUNCTION, encode_env(env)).map_err(|e| ArtifactError::hyperlight("applying the Revision environment", e))?;
     if !refusal.is_empty() {
         return Err(ArtifactError::NotALampyrGuest { expected: lampyr_abi::ABI_VERSION, reason: refusal });
     }

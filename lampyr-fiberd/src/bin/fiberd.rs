@@ -127,11 +127,7 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
                 .ok_or_else(|| format!("--seal-key-secret {:?}: expected NAMESPACE/NAME", args.seal_key_secret))?,
         ),
     };
-    config.scaler = ScalerConfig {
-        tick: args.scale_tick,
-        scale_to_zero_grace_period: args.scale_to_zero_grace,
-        ..ScalerConfig::default()
-    };
+    config.scaler = ScalerConfig { tick: args.scale_tick, scale_to_zero_grace_period: args.scale_to_zero_grace, ..ScalerConfig::default() };
     config.capacity = args.fiber_slots.zip(args.fiber_memory);
     // A count of 0: not known until the grant is read.
     config.instance = args.instance_index.map(|index| InstanceShare { index, count: args.instances.unwrap_or(0) });

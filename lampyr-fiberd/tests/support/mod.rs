@@ -127,7 +127,13 @@ impl Daemon {
     }
 
     /// [`Daemon::start`] with the test's settings changed by `change`.
-    pub async fn start_with(env: &Env, name: &str, grants: &[&str], registry: &TestRegistry, change: impl FnOnce(&mut FiberdConfig)) -> Daemon {
+    pub async fn start_with(
+        env: &Env,
+        name: &str,
+        grants: &[&str],
+        registry: &TestRegistry,
+        change: impl FnOnce(&mut FiberdConfig),
+    ) -> Daemon {
         let cache = tempfile::tempdir().expect("cache dir");
         let mut config = env.config(name, grants, registry, cache.path());
         change(&mut config);

@@ -90,12 +90,8 @@ async fn run(command: Command) -> Result<(), lampyr_images::Error> {
 }
 
 async fn build(args: BuildArgs) -> Result<(), lampyr_images::Error> {
-    let inputs = Inputs {
-        cargo_bins: args.cargo_bins,
-        go_bins: args.go_bins,
-        knative_module: args.knative_module,
-        ca_bundle: args.ca_bundle,
-    };
+    let inputs =
+        Inputs { cargo_bins: args.cargo_bins, go_bins: args.go_bins, knative_module: args.knative_module, ca_bundle: args.ca_bundle };
     let out_dir = args.out.or_else(default_out_dir).ok_or_else(|| lampyr_images::Error::Spec {
         image: "(all)".into(),
         reason: "neither XDG_CACHE_HOME nor HOME is set: give --out".into(),

@@ -82,9 +82,10 @@ pub async fn run_grant_controller(
         tracing::warn!("the identity watches have not listed within 30 s; writing what they do not show");
     }
     let (pods, pod_writer) = reflector::store();
-    let pod_events = reflector::reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(GRANT_LABEL)))
-        .default_backoff()
-        .touched_objects();
+    let pod_events =
+        reflector::reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(GRANT_LABEL)))
+            .default_backoff()
+            .touched_objects();
     let (homes, home_writer) = reflector::store();
     let home_events = reflector::reflector(home_writer, watcher(Api::<Home>::all(client.clone()), watcher::Config::default()))
         .default_backoff()

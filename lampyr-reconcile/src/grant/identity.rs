@@ -5,21 +5,20 @@
 
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::Client;
 use lampyr_api::keys::FLEET_KEY_SECRET_NAMESPACE;
 use serde_json::{Value, json};
 
 use super::controller::{FIELD_MANAGER, GrantError, api_error};
-use crate::revision::children::MANAGED_BY_LABEL;
 use super::pods::PodSettings;
+use crate::revision::children::MANAGED_BY_LABEL;
 
 /// The ClusterRole fiberd runs under, bound in each namespace that has grant Pods
 /// (defined by the grant controller's manifest).
 pub const FIBERD_CLUSTER_ROLE: &str = "lampyr-fiberd";
-
 
 /// The controller's view of every namespace's grant-Pod identity: watches of the
 /// service accounts, RoleBindings and fleet-key Secrets named as the settings
@@ -94,7 +93,9 @@ pub async fn ensure_identity(client: &Client, stores: &IdentityStores, namespace
     if namespace != FLEET_KEY_SECRET_NAMESPACE {
         let key = &settings.fleet_key_secret;
         let source = stores.secrets.get(&ObjectRef::new(key).within(FLEET_KEY_SECRET_NAMESPACE));
-        if let Some(copy) = key_copy_needed(source.as_deref(), stores.secrets.get(&ObjectRef::new(key).within(namespace)).as_deref(), namespace) {
+        if let Some(copy) =
+            key_copy_needed(source.as_deref(), stores.secrets.get(&ObjectRef::new(key).within(namespace)).as_deref(), namespace)
+        {
             Api::<Secret>::namespaced(client.clone(), namespace)
                 .patch(key, &apply, &Patch::Apply(&copy))
                 .await

@@ -37,16 +37,11 @@ pub fn template_repositories(policies: &[GrantPolicy]) -> Vec<String> {
 /// Checks the grant's images against every GrantPolicy: each must be in some
 /// policy's `allowedRepositories`. With no policy at all, nothing is allowed.
 pub fn check_images(spec: &CapacityGrantSpec, policies: &[GrantPolicy]) -> Result<(), ImageRefused> {
-    let allowed: Vec<&str> =
-        policies.iter().flat_map(|p| p.spec.allowed_repositories.iter().map(String::as_str)).collect();
+    let allowed: Vec<&str> = policies.iter().flat_map(|p| p.spec.allowed_repositories.iter().map(String::as_str)).collect();
     for (field, image) in [("spec.grantImage", &spec.grant_image), ("spec.helperImage", &spec.helper_image)] {
         let repository = repository_of(image);
         if !allowed.contains(&repository) {
-            let allowed = if allowed.is_empty() {
-                "no GrantPolicy exists".to_string()
-            } else {
-                format!("allowed: {}", allowed.join(", "))
-            };
+            let allowed = if allowed.is_empty() { "no GrantPolicy exists".to_string() } else { format!("allowed: {}", allowed.join(", ")) };
             return Err(ImageRefused { field, image: image.clone(), repository: repository.to_string(), allowed });
         }
     }
@@ -73,7 +68,10 @@ mod tests {
     }
 
     fn policy(repositories: &[&str]) -> GrantPolicy {
-        GrantPolicy::new("p", GrantPolicySpec { allowed_repositories: repositories.iter().map(|r| r.to_string()).collect(), zygote_registries: Vec::new() })
+        GrantPolicy::new(
+            "p",
+            GrantPolicySpec { allowed_repositories: repositories.iter().map(|r| r.to_string()).collect(), zygote_registries: Vec::new() },
+        )
     }
 
     #[test]

@@ -129,8 +129,7 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
     let name = grant.metadata.name.clone().unwrap_or_default();
     let namespace = grant.metadata.namespace.clone().unwrap_or_default();
     let placement = grant.spec.placement.clone().unwrap_or_default();
-    let node_selector =
-        if placement.node_selector.is_empty() { settings.default_node_selector.clone() } else { placement.node_selector };
+    let node_selector = if placement.node_selector.is_empty() { settings.default_node_selector.clone() } else { placement.node_selector };
     let port = settings.fiberd_port;
     let (_, per_instance_memory) = grant.spec.instance_share();
     let kvm = KvmMount::for_access(&settings.kvm);
@@ -280,7 +279,8 @@ mod tests {
         assert_eq!(init, [(HELPER_CONTAINER, HELPER.to_string())], "the helper runs first, as an init container");
         let args = spec.containers[0].args.clone().unwrap_or_default();
         assert!(args.contains(&"--grant=hello-00001".to_string()) && args.contains(&"--namespace=apps".to_string()));
-        let share: Vec<&str> = args.iter().filter(|a| a.starts_with("--fiber-") || a.starts_with("--instance")).map(String::as_str).collect();
+        let share: Vec<&str> =
+            args.iter().filter(|a| a.starts_with("--fiber-") || a.starts_with("--instance")).map(String::as_str).collect();
         assert_eq!(
             share,
             ["--fiber-slots=8", "--fiber-memory=536870912", "--instance-index=1"],
@@ -358,7 +358,12 @@ mod tests {
         let (before, after) = (desired_pods(&two, &PodSettings::default()), desired_pods(&three, &PodSettings::default()));
         assert_eq!(after.len(), 3);
         for (old, new) in before.iter().zip(&after) {
-            assert_eq!(pod_spec_hash(old), pod_spec_hash(new), "{}: same size per instance, same Pod", old.metadata.name.as_deref().unwrap_or_default());
+            assert_eq!(
+                pod_spec_hash(old),
+                pod_spec_hash(new),
+                "{}: same size per instance, same Pod",
+                old.metadata.name.as_deref().unwrap_or_default()
+            );
         }
         three.spec.memory_bytes = two.spec.memory_bytes;
         let smaller = desired_pods(&three, &PodSettings::default());

@@ -129,8 +129,7 @@ mod tests {
 
     fn pod(ready: bool) -> Pod {
         let status = if ready { "True" } else { "False" };
-        serde_json::from_value(json!({ "status": { "conditions": [{ "type": "Ready", "status": status }] } }))
-            .expect("pod")
+        serde_json::from_value(json!({ "status": { "conditions": [{ "type": "Ready", "status": status }] } })).expect("pod")
     }
 
     fn ready_condition(status: &CapacityGrantStatus) -> (ConditionStatus, String) {
@@ -151,12 +150,8 @@ mod tests {
 
     #[test]
     fn a_refused_image_fails_the_grant_with_the_reason() {
-        let refused = ImageRefused {
-            field: "spec.grantImage",
-            image: "x".into(),
-            repository: "x".into(),
-            allowed: "no GrantPolicy exists".into(),
-        };
+        let refused =
+            ImageRefused { field: "spec.grantImage", image: "x".into(), repository: "x".into(), allowed: "no GrantPolicy exists".into() };
         let status = grant_status(&grant(1), &[], Some(&refused));
         assert_eq!(ready_condition(&status), (ConditionStatus::False, REASON_IMAGE_NOT_ALLOWED.into()));
         let message = &status.get_condition(INSTANCES_READY).expect("InstancesReady").message;
@@ -189,7 +184,10 @@ mod tests {
                 "state": { "waiting": { "reason": "ImagePullBackOff", "message": "Back-off pulling image \"f\"" } } }],
         }))
         .expect("status");
-        assert_eq!(pod_not_ready_reason(&crashing).as_deref(), Some("container fiberd is waiting: ImagePullBackOff: Back-off pulling image \"f\""));
+        assert_eq!(
+            pod_not_ready_reason(&crashing).as_deref(),
+            Some("container fiberd is waiting: ImagePullBackOff: Back-off pulling image \"f\"")
+        );
         assert_eq!(pod_not_ready_reason(&pod(false)), None, "nothing said, nothing added");
     }
 

@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lampyr_api::keys;
+use lampyr_artifact::cache::Cache;
 use lampyr_artifact::layout::sha256_digest;
 use lampyr_artifact::reference::Repository;
-use lampyr_artifact::{ArtifactRef, FiberMetadata, verify_layout};
-use lampyr_artifact::cache::Cache;
 use lampyr_artifact::registry::{RegistryClient, RegistryError};
+use lampyr_artifact::{ArtifactRef, FiberMetadata, verify_layout};
 
 /// An artifact that was pulled by digest and passed every check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,10 +191,7 @@ impl ArtifactResolver {
         let result = self.pull(value, &pinned).await;
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(&pinned.canonical);
         let resolved = Arc::new(result?);
-        self.verified
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(pinned.canonical.clone(), resolved.clone());
+        self.verified.lock().unwrap_or_else(PoisonError::into_inner).insert(pinned.canonical.clone(), resolved.clone());
         Ok((resolved, true))
     }
 
@@ -213,9 +210,11 @@ impl ArtifactResolver {
         let ArtifactRef::Registry { repository, digest } = &pinned.parsed else {
             return Err(ArtifactProblem::Internal(format!("{value:?} is not a registry reference")));
         };
-        let layout = self.client.pull(repository, digest, &self.cache_for(repository)).await.map_err(|e| match ArtifactProblem::from_registry(e) {
-            ArtifactProblem::BadReference { reason, .. } => ArtifactProblem::BadReference { value: value.to_string(), reason },
-            other => other,
+        let layout = self.client.pull(repository, digest, &self.cache_for(repository)).await.map_err(|e| {
+            match ArtifactProblem::from_registry(e) {
+                ArtifactProblem::BadReference { reason, .. } => ArtifactProblem::BadReference { value: value.to_string(), reason },
+                other => other,
+            }
         })?;
         // `pull` verified the layout; verify again off the async threads for the
         // metadata it does not return (hashing a few hundred KB).
@@ -265,6 +264,9 @@ mod tests {
         let missing = ArtifactProblem::Missing { image: "ko.local/x".into(), map: "lampyr-system/image-artifacts".into() };
         assert!(!missing.is_retryable());
         let text = missing.to_string();
-        assert!(text.contains(keys::SNAPSHOT_ARTIFACT) && text.contains("\"ko.local/x\"") && text.contains("lampyr-system/image-artifacts"), "{text}");
+        assert!(
+            text.contains(keys::SNAPSHOT_ARTIFACT) && text.contains("\"ko.local/x\"") && text.contains("lampyr-system/image-artifacts"),
+            "{text}"
+        );
     }
 }

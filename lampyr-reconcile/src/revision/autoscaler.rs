@@ -120,13 +120,7 @@ pub async fn watch(client: Client, namespace: String, name: String, settings: Ar
 
 /// Logs what an observation changed, sets the gauge, and publishes an Event
 /// on an invalid ConfigMap (once per content).
-async fn report(
-    client: &Client,
-    configmap: Option<&ConfigMap>,
-    outcome: &Observed,
-    settings: &AutoscalerSettings,
-    metrics: &Metrics,
-) {
+async fn report(client: &Client, configmap: Option<&ConfigMap>, outcome: &Observed, settings: &AutoscalerSettings, metrics: &Metrics) {
     match outcome {
         Observed::Changed => {
             metrics.autoscaler_config_valid.set(1);

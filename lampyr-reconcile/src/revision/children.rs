@@ -47,12 +47,7 @@ pub fn ownership<K: Resource>(object: Option<&K>, uid: &str) -> Ownership {
     match object {
         None => Ownership::Absent,
         Some(o) => {
-            let ours = o
-                .meta()
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|r| r.controller == Some(true) && r.uid == uid);
+            let ours = o.meta().owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == uid);
             if ours { Ownership::Ours } else { Ownership::NotOurs }
         }
     }
@@ -172,14 +167,7 @@ pub fn managed_by_us(grant: &CapacityGrant) -> bool {
 
 /// Whether the Revision's first container port is named `h2c` (upstream's rule).
 pub fn wants_h2c(revision: &Revision) -> bool {
-    revision
-        .spec
-        .containers
-        .first()
-        .and_then(|c| c.ports.as_ref())
-        .and_then(|p| p.first())
-        .and_then(|p| p.name.as_deref())
-        == Some("h2c")
+    revision.spec.containers.first().and_then(|c| c.ports.as_ref()).and_then(|p| p.first()).and_then(|p| p.name.as_deref()) == Some("h2c")
 }
 
 /// The Revision's Service: ExternalName to fiber-router, port 80 `http` (81
@@ -217,16 +205,8 @@ pub fn service_matches(existing: &Service, desired: &Service) -> bool {
 
 /// Whether `existing` carries every label and the owner reference of `desired`.
 pub fn meta_matches(existing: &ObjectMeta, desired: &ObjectMeta) -> bool {
-    let labels_ok = desired
-        .labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| existing.labels.as_ref().and_then(|l| l.get(k)) == Some(v));
-    let owners_ok = desired
-        .owner_references
-        .iter()
-        .flatten()
-        .all(|d| existing.owner_references.iter().flatten().any(|e| e == d));
+    let labels_ok = desired.labels.iter().flatten().all(|(k, v)| existing.labels.as_ref().and_then(|l| l.get(k)) == Some(v));
+    let owners_ok = desired.owner_references.iter().flatten().all(|d| existing.owner_references.iter().flatten().any(|e| e == d));
     labels_ok && owners_ok
 }
 
@@ -260,7 +240,10 @@ mod tests {
         assert_eq!(home.metadata.name.as_deref(), Some("hello-00001"));
         assert_eq!((home.spec.grant_name.as_str(), home.spec.fiber_memory_bytes), ("lampyr-fibers", 1 << 20));
         let owner = &home.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller, owner.block_owner_deletion), ("Revision", "u-1", Some(true), Some(true)));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller, owner.block_owner_deletion),
+            ("Revision", "u-1", Some(true), Some(true))
+        );
         let labels = home.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[keys::REVISION_LABEL], "hello-00001");
         assert_eq!(labels[keys::SERVICE_LABEL], "hello");
@@ -313,7 +296,10 @@ mod tests {
         let rev = revision(json!([]));
         let home = home(&rev, "r.io/a@sha256:00", None, &policy(), "lampyr-fibers", demand(&policy(), 1 << 20));
         let woken = controlling_revision(&home.metadata).unwrap();
-        assert_eq!((woken.name.as_str(), woken.namespace.as_deref()), (rev.metadata.name.as_deref().unwrap(), rev.metadata.namespace.as_deref()));
+        assert_eq!(
+            (woken.name.as_str(), woken.namespace.as_deref()),
+            (rev.metadata.name.as_deref().unwrap(), rev.metadata.namespace.as_deref())
+        );
         let mut orphan = home.metadata.clone();
         orphan.owner_references.as_mut().unwrap()[0].controller = Some(false);
         assert!(controlling_revision(&orphan).is_none(), "an owner that does not control it is not woken");

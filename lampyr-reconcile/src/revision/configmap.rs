@@ -11,7 +11,12 @@ use tokio::sync::watch;
 /// Each observation of the ConfigMap `namespace/name`: `Some` when it exists, `None`
 /// when it does not (after a list that did not find it, or a deletion). Errors are
 /// logged naming `what` and the RBAC it needs, and the watch retries with backoff.
-pub fn observations(client: Client, namespace: &str, name: &str, what: &'static str) -> impl Stream<Item = Option<ConfigMap>> + Send + 'static {
+pub fn observations(
+    client: Client,
+    namespace: &str,
+    name: &str,
+    what: &'static str,
+) -> impl Stream<Item = Option<ConfigMap>> + Send + 'static {
     let api: Api<ConfigMap> = Api::namespaced(client, namespace);
     let selector = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let object = format!("{namespace}/{name}");

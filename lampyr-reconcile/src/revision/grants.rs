@@ -42,13 +42,7 @@ impl Default for Grants {
     fn default() -> Self {
         let (homes, home_writer) = reflector::store();
         let (grants, grant_writer) = reflector::store();
-        Grants {
-            homes,
-            grants,
-            writers: Mutex::new(Some((home_writer, grant_writer))),
-            waiting: Mutex::default(),
-            locks: Mutex::default(),
-        }
+        Grants { homes, grants, writers: Mutex::new(Some((home_writer, grant_writer))), waiting: Mutex::default(), locks: Mutex::default() }
     }
 }
 
@@ -209,7 +203,9 @@ async fn wake_on_grants(
         let ready = grant
             .status
             .as_ref()
-            .map(|s| (s.observed_generation, s.get_condition(lampyr_api::conditions::CONDITION_READY).map(|c| c.status.as_str().to_string())))
+            .map(|s| {
+                (s.observed_generation, s.get_condition(lampyr_api::conditions::CONDITION_READY).map(|c| c.status.as_str().to_string()))
+            })
             .unwrap_or_default();
         let changed = if deleted { readiness.remove(&key).is_some() } else { readiness.insert(key.clone(), ready.clone()) != Some(ready) };
         let mut woken = grants.waiting_in(&namespace);

@@ -118,8 +118,8 @@ impl ImageMap {
     }
 
     fn entry(key: &str, value: &str) -> Result<Entry, String> {
-        let doc: EntryDocument = serde_yaml::from_str(value)
-            .map_err(|e| format!("not a YAML mapping with `image` and `artifact` ({e})"))?;
+        let doc: EntryDocument =
+            serde_yaml::from_str(value).map_err(|e| format!("not a YAML mapping with `image` and `artifact` ({e})"))?;
         let (repository, exact) = normalize(&doc.image).map_err(|e| format!("image: {e}"))?;
         let artifact = match parse_pinned(&doc.artifact) {
             Ok(pinned) => pinned.canonical,

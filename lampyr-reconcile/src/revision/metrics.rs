@@ -63,11 +63,7 @@ impl Metrics {
         r.register("reconciles", "Revision reconciles, by result", self.reconciles.clone());
         r.register("reconcile_seconds", "Time per Revision reconcile", self.reconcile_seconds.clone());
         r.register("artifact_pulls", "Snapshot artifact pulls, by outcome", self.artifact_pulls.clone());
-        r.register(
-            "artifact_failures",
-            "Snapshot artifacts that could not be used, by problem",
-            self.artifact_failures.clone(),
-        );
+        r.register("artifact_failures", "Snapshot artifacts that could not be used, by problem", self.artifact_failures.clone());
         r.register("status_writes", "Status writes, by object", self.status_writes.clone());
         r.register("child_applies", "Server-side applies of owned objects, by kind", self.child_applies.clone());
         r.register("placements", "Homes placed on a CapacityGrant, by grant kind", self.placements.clone());
@@ -77,7 +73,11 @@ impl Metrics {
             "1 while config-autoscaler's settings are in effect, 0 while it is invalid (the last valid ones are) or unread",
             self.autoscaler_config_valid.clone(),
         );
-        r.register("image_map_entries", "Entries of the image map (lampyr-system/image-artifacts) in effect", self.image_map_entries.clone());
+        r.register(
+            "image_map_entries",
+            "Entries of the image map (lampyr-system/image-artifacts) in effect",
+            self.image_map_entries.clone(),
+        );
         r.register(
             "image_map_invalid_entries",
             "Entries of the image map left out because they are invalid",

@@ -52,7 +52,6 @@ pub use children::{FIELD_MANAGER, GrantSizing, Ownership};
 pub use images::{ImageMap, ImageMapSettings};
 pub use metrics::Metrics;
 
-
 /// What the controller needs to know that no Revision says.
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
@@ -135,9 +134,9 @@ impl ControllerConfig {
         let router = &self.router_service;
         let dns_ok = !router.is_empty()
             && router.len() <= 253
-            && router.split('.').all(|l| {
-                !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            });
+            && router
+                .split('.')
+                .all(|l| !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
         if !dns_ok {
             return bad(format!("the router service {router:?} is not a DNS name (e.g. fiber-router.lampyr-system.svc.cluster.local)"));
         }
@@ -482,9 +481,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     ctx.grants.set_waiting(&ns, &name, waiting);
 
     // 5 + 6. The Home's status from its grant and instances; the Revision's from the Home.
-    if !not_owned
-        && let Some(home) = home.as_ref()
-    {
+    if !not_owned && let Some(home) = home.as_ref() {
         let grant = ctx.grants.grant(&ns, &home.spec.grant_name);
         let computed = status::home_status(home, grant.as_deref(), &now);
         if status::home_status_changed(home.status.as_ref(), &computed) {
@@ -671,9 +668,7 @@ async fn write_revision_status(
         }
     }
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
-    revisions
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": value })))
-        .await?;
+    revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": value }))).await?;
     Ok(())
 }
 

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::Resource;
 use lampyr_api::Revision;
 use serde::de::DeserializeOwned;
 

@@ -149,11 +149,9 @@ pub enum Unplaceable {
 impl fmt::Display for Unplaceable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Unplaceable::NoGrant { grant } => write!(
-                f,
-                "CapacityGrant {grant:?} (named by {}) does not exist in this namespace",
-                keys::CAPACITY_GRANT_ANNOTATION
-            ),
+            Unplaceable::NoGrant { grant } => {
+                write!(f, "CapacityGrant {grant:?} (named by {}) does not exist in this namespace", keys::CAPACITY_GRANT_ANNOTATION)
+            }
             Unplaceable::FiberTooLarge { grant, fiber_memory, instance_memory } => write!(
                 f,
                 "one fiber needs {} of guest memory, more than an instance of CapacityGrant {grant:?} holds ({})",
@@ -244,7 +242,10 @@ mod tests {
             Unplaceable::Full { grant: "lampyr-fibers".into(), need_slots: 4, free_slots: 3, need_memory: 40, free_memory: 930 }
         );
         let message = err.to_string();
-        assert!(message.contains("\"lampyr-fibers\"") && message.contains("needs 4 fiber slots") && message.contains("3 slots"), "{message}");
+        assert!(
+            message.contains("\"lampyr-fibers\"") && message.contains("needs 4 fiber slots") && message.contains("3 slots"),
+            "{message}"
+        );
     }
 
     #[test]

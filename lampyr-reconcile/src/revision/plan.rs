@@ -136,9 +136,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             status::resources_failed(&mut status, revision::REASON_NOT_OWNED, &revision::resource_not_owned_message(kind, &name), now);
             Children::NotOurs
         }
-        (None, true, Some(artifact), Some(policy)) => {
-            Children::Deploy(Box::new(desired(observed, artifact, sealed.as_deref(), policy)))
-        }
+        (None, true, Some(artifact), Some(policy)) => Children::Deploy(Box::new(desired(observed, artifact, sealed.as_deref(), policy))),
         _ => Children::Keep,
     };
     Plan { status, retry, policy, deployable, kept, children }
@@ -146,7 +144,10 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
 
 /// The artifact's resolution in `status`: the resolved artifact, a problem to retry, and
 /// whether the Revision keeps its state through that problem.
-fn artifact_outcome(observed: &Observed<'_>, status: &mut RevisionStatus) -> (Option<Arc<ResolvedArtifact>>, Option<ArtifactProblem>, bool) {
+fn artifact_outcome(
+    observed: &Observed<'_>,
+    status: &mut RevisionStatus,
+) -> (Option<Arc<ResolvedArtifact>>, Option<ArtifactProblem>, bool) {
     let rev = observed.revision;
     let container = rev.spec.containers.first();
     match &observed.resolved {
@@ -250,7 +251,11 @@ mod tests {
         })
     }
 
-    fn observed<'a>(rev: &'a Revision, config: &'a AutoscalerConfig, resolved: Result<Arc<ResolvedArtifact>, ArtifactProblem>) -> Observed<'a> {
+    fn observed<'a>(
+        rev: &'a Revision,
+        config: &'a AutoscalerConfig,
+        resolved: Result<Arc<ResolvedArtifact>, ArtifactProblem>,
+    ) -> Observed<'a> {
         Observed {
             revision: rev,
             now: Time(Timestamp::UNIX_EPOCH),

@@ -43,11 +43,9 @@ pub fn home_status(home: &Home, grant: Option<&CapacityGrant>, now: &Time) -> Ho
     let mut m = status.manage_with_clock(now);
     m.initialize_conditions();
     match grant_ready(grant) {
-        GrantState::Missing => m.mark_unknown(
-            home::GRANT_READY,
-            REASON_GRANT_MISSING,
-            &format!("CapacityGrant {grant_name:?} does not exist yet"),
-        ),
+        GrantState::Missing => {
+            m.mark_unknown(home::GRANT_READY, REASON_GRANT_MISSING, &format!("CapacityGrant {grant_name:?} does not exist yet"))
+        }
         GrantState::Pending => m.mark_unknown(
             home::GRANT_READY,
             REASON_GRANT_PENDING,
@@ -66,11 +64,9 @@ pub fn home_status(home: &Home, grant: Option<&CapacityGrant>, now: &Time) -> Ho
     match template {
         Template::Loaded => m.mark_true(home::TEMPLATE_LOADED),
         Template::Failed(message) => m.mark_false(home::TEMPLATE_LOADED, REASON_TEMPLATE_LOAD_FAILED, &message),
-        Template::NoInstances => m.mark_unknown(
-            home::TEMPLATE_LOADED,
-            REASON_NO_INSTANCES,
-            "no fiberd instance has reported on this Home yet",
-        ),
+        Template::NoInstances => {
+            m.mark_unknown(home::TEMPLATE_LOADED, REASON_NO_INSTANCES, "no fiberd instance has reported on this Home yet")
+        }
         Template::Loading(n) => m.mark_unknown(
             home::TEMPLATE_LOADED,
             REASON_LOADING,
@@ -118,10 +114,8 @@ fn template_loaded(status: &HomeStatus, generation: i64) -> Template {
     if current.iter().any(|i| i.loaded) {
         return Template::Loaded;
     }
-    let failed: Vec<String> = current
-        .iter()
-        .filter_map(|i| i.message.as_ref().filter(|m| !m.is_empty()).map(|m| format!("{}: {m}", i.name)))
-        .collect();
+    let failed: Vec<String> =
+        current.iter().filter_map(|i| i.message.as_ref().filter(|m| !m.is_empty()).map(|m| format!("{}: {m}", i.name))).collect();
     if !current.is_empty() && failed.len() == status.instances.len() {
         return Template::Failed(failed.join("; "));
     }
@@ -283,7 +277,15 @@ mod tests {
     }
 
     fn instance(name: &str, generation: i64, loaded: bool, warm: i32, message: Option<&str>) -> HomeInstance {
-        HomeInstance { name: name.into(), address: "127.0.0.1:1".into(), warm_fibers: warm, observed_generation: generation, loaded, message: message.map(Into::into), ..HomeInstance::default() }
+        HomeInstance {
+            name: name.into(),
+            address: "127.0.0.1:1".into(),
+            warm_fibers: warm,
+            observed_generation: generation,
+            loaded,
+            message: message.map(Into::into),
+            ..HomeInstance::default()
+        }
     }
 
     fn cond<'a>(s: &'a HomeStatus, t: &str) -> &'a Condition {

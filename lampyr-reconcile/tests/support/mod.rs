@@ -17,8 +17,8 @@ use kube::{Client, Resource};
 use lampyr_api::{CapacityGrant, Home, Service, keys};
 use lampyr_artifact::layout::{blob_path, sha256_digest};
 use lampyr_artifact::reference::Repository;
-use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_artifact::registry::RegistryClient;
+use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_reconcile::revision::{self, Context, ControllerConfig, Metrics};
 use lampyr_testenv::{Cluster, TestRegistry, example_elf, repo_root, require_kvm};
 use serde::de::DeserializeOwned;
@@ -146,8 +146,7 @@ pub struct Controller {
 
 impl Controller {
     pub async fn start(client: Client, config: ControllerConfig) -> Self {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
         let context = Arc::new(Context::new(client, config, Metrics::default()).expect("controller context"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -248,10 +247,7 @@ pub async fn grant_ready(client: &Client, ns: &str, name: &str) {
             "allocatedSlots": 1
         }
     });
-    grants
-        .patch_status(name, &PatchParams::apply("fiberd-k8s-controller"), &Patch::Apply(&body))
-        .await
-        .expect("grant status");
+    grants.patch_status(name, &PatchParams::apply("fiberd-k8s-controller"), &Patch::Apply(&body)).await.expect("grant status");
 }
 
 /// Stands in for fiberd instance `instance`: its entry in the Home's
@@ -275,16 +271,10 @@ pub async fn fiberd_reports(client: &Client, ns: &str, name: &str, instance: &st
         "metadata": { "name": name },
         "status": { "instances": [entry] }
     });
-    homes
-        .patch_status(name, &PatchParams::apply(&format!("fiberd/{instance}")), &Patch::Apply(&body))
-        .await
-        .expect("home status");
+    homes.patch_status(name, &PatchParams::apply(&format!("fiberd/{instance}")), &Patch::Apply(&body)).await.expect("home status");
 }
 
 /// The condition `type_` of `conditions`, or a panic naming what was there.
 pub fn condition<'a>(conditions: &'a [lampyr_api::Condition], type_: &str) -> &'a lampyr_api::Condition {
-    conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .unwrap_or_else(|| panic!("no {type_} condition in {conditions:#?}"))
+    conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_} condition in {conditions:#?}"))
 }

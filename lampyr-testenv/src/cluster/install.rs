@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
-use kube::Client;
 pub use lampyr_manifests::Document;
 
 use super::upstream::KnativeModules;
@@ -44,20 +44,15 @@ pub fn knative_system(modules: &KnativeModules) -> Result<Vec<Document>, String>
 
 /// Server-side applies `documents` in order, resolving each kind through discovery.
 pub async fn apply(client: &Client, documents: &[Document]) -> Result<(), String> {
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(|e| format!("API discovery failed: {e}"))?;
+    let discovery = Discovery::new(client.clone()).run().await.map_err(|e| format!("API discovery failed: {e}"))?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for document in documents {
         let where_ = || document.origin.clone();
-        let object: DynamicObject = serde_json::from_value(document.object.clone())
-            .map_err(|e| format!("{}: not a Kubernetes object: {e}", where_()))?;
+        let object: DynamicObject =
+            serde_json::from_value(document.object.clone()).map_err(|e| format!("{}: not a Kubernetes object: {e}", where_()))?;
         let types = object.types.as_ref().ok_or_else(|| format!("{}: no apiVersion/kind", where_()))?;
         let gvk = GroupVersionKind::try_from(types).map_err(|e| format!("{}: {e}", where_()))?;
-        let (resource, caps) = discovery
-            .resolve_gvk(&gvk)
-            .ok_or_else(|| format!("{}: the API server does not serve {gvk:?}", where_()))?;
+        let (resource, caps) = discovery.resolve_gvk(&gvk).ok_or_else(|| format!("{}: the API server does not serve {gvk:?}", where_()))?;
         let name = object.metadata.name.clone().ok_or_else(|| format!("{}: object without a name", where_()))?;
         let api: Api<DynamicObject> = match (caps.scope, object.metadata.namespace.as_deref()) {
             (Scope::Namespaced, Some(namespace)) => Api::namespaced_with(client.clone(), namespace, &resource),
@@ -78,12 +73,8 @@ pub async fn wait_established(client: &Client, documents: &[Document], timeout: 
     for name in documents.iter().filter_map(|d| d.object.pointer("/metadata/name").and_then(|n| n.as_str())) {
         loop {
             let crd = api.get(name).await.map_err(|e| format!("reading CRD {name}: {e}"))?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
+            let established =
+                crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
             if established {
                 break;
             }

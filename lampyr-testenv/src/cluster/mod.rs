@@ -39,10 +39,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind, ObjectMeta};
-use kube::Client;
 
 pub use install::SYSTEM_NAMESPACE;
 use upstream::{Binaries, KnativeModules};
@@ -177,10 +177,7 @@ impl Cluster {
     /// Creates a fresh namespace `<prefix>-<n>` for one test and returns its name.
     pub async fn namespace(&self, prefix: &str) -> String {
         let name = format!("{prefix}-{}", self.namespaces.fetch_add(1, Ordering::Relaxed));
-        let namespace = Namespace {
-            metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
-            ..Default::default()
-        };
+        let namespace = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
         Api::<Namespace>::all(self.client().await)
             .create(&PostParams::default(), &namespace)
             .await
@@ -194,10 +191,8 @@ impl Cluster {
         let client = self.client().await;
         let documents = install::read_documents(files)?;
         install::apply(&client, &documents).await?;
-        let crds: Vec<install::Document> = documents
-            .into_iter()
-            .filter(|d| d.object.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition"))
-            .collect();
+        let crds: Vec<install::Document> =
+            documents.into_iter().filter(|d| d.object.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition")).collect();
         install::wait_established(&client, &crds, Duration::from_secs(30)).await
     }
 
@@ -287,10 +282,8 @@ where
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("building a runtime: {e}"))?;
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("building a runtime: {e}"))?;
             runtime.block_on(start())
         })
         .map_err(|e| format!("starting the {name} thread: {e}"))?
@@ -340,11 +333,7 @@ pub(crate) fn stale_data_dirs(prefix: &str) -> Vec<PathBuf> {
 /// A new data directory `<temp dir>/<prefix>…` recording this process as its
 /// owner, so a later run can tell it is stale once this process is gone.
 pub(crate) fn owned_data_dir(prefix: &str) -> Result<PathBuf, String> {
-    let dir = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .map_err(|e| format!("creating the data directory: {e}"))?
-        .keep();
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().map_err(|e| format!("creating the data directory: {e}"))?.keep();
     std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string())
         .map_err(|e| format!("writing {}: {e}", dir.join(OWNER_FILE).display()))?;
     Ok(dir)
@@ -468,11 +457,7 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
     }
     cluster.spawn("kube-apiserver", apiserver)?;
 
-    let admin_user = format!(
-        "    client-certificate: {}\n    client-key: {}\n",
-        pki.admin_cert.display(),
-        pki.admin_key.display()
-    );
+    let admin_user = format!("    client-certificate: {}\n    client-key: {}\n", pki.admin_cert.display(), pki.admin_key.display());
     write_kubeconfig(&cluster.kubeconfig, &format!("https://{}", SocketAddr::new(address, api_port)), &pki.ca_cert, &admin_user)?;
     let admin = client_for(&cluster.kubeconfig).await?;
     loop {
@@ -491,9 +476,11 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
         "replicaset-controller",
     ];
     let mut manager = Command::new(bins.path("kube-controller-manager"));
-    manager
-        .arg(format!("--kubeconfig={}", cluster.kubeconfig.display()))
-        .args(["--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false"]);
+    manager.arg(format!("--kubeconfig={}", cluster.kubeconfig.display())).args([
+        "--bind-address=127.0.0.1",
+        "--secure-port=0",
+        "--leader-elect=false",
+    ]);
     if placement.node {
         // What Pods on a node need: a `default` service account in every namespace, the
         // `kube-root-ca.crt` ConfigMap their token volumes project, the Endpoint(Slice)s
@@ -517,10 +504,7 @@ async fn start_control_plane(cluster: &Cluster, bins: &Binaries, deadline: Insta
 /// Pods, its Service's ClusterIP and DNS names.
 fn api_server_names(placement: &Placement) -> Vec<String> {
     let mut names = vec![placement.address.to_string(), placement.api_service_ip.to_string()];
-    names.extend(
-        ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
-            .map(String::from),
-    );
+    names.extend(["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"].map(String::from));
     names
 }
 
@@ -566,10 +550,8 @@ async fn start_knative(cluster: &Cluster, bins: &Binaries, webhook_port: u16) ->
 
 /// A token for `namespace/name` from the TokenRequest API, valid for a day.
 async fn service_account_token(admin: &Client, namespace: &str, name: &str) -> Result<String, String> {
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(86_400), ..Default::default() }),
-        ..Default::default()
-    };
+    let request =
+        TokenRequest { spec: Some(TokenRequestSpec { expiration_seconds: Some(86_400), ..Default::default() }), ..Default::default() };
     let response = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
         .create_token_request(name, &PostParams::default(), &request)
         .await
@@ -616,16 +598,14 @@ async fn wait_for_controller(cluster: &Cluster, admin: &Client, deadline: Instan
             .filter_map(|l| l.metadata.name)
             .filter(|name| name.starts_with(CONTROLLER_COMPONENT))
             .collect();
-        let missing: Vec<&str> = RECONCILERS
-            .iter()
-            .copied()
-            .filter(|r| !held.iter().any(|name| name.contains(&format!(".{r}."))))
-            .collect();
+        let missing: Vec<&str> =
+            RECONCILERS.iter().copied().filter(|r| !held.iter().any(|name| name.contains(&format!(".{r}.")))).collect();
         if missing.is_empty() {
             return Ok(());
         }
-        cluster.poll(deadline, &format!("the controller's leases for {missing:?} (held: {held:?})")).await.map_err(|e| {
-            format!("{e}; controller log:\n{}", cluster.log_tail(CONTROLLER_COMPONENT, 20))
-        })?;
+        cluster
+            .poll(deadline, &format!("the controller's leases for {missing:?} (held: {held:?})"))
+            .await
+            .map_err(|e| format!("{e}; controller log:\n{}", cluster.log_tail(CONTROLLER_COMPONENT, 20)))?;
     }
 }

@@ -387,7 +387,8 @@ impl Runner {
             .collect();
         let new: Vec<(String, Pod)> = {
             let mut pods = lock(&self.pods);
-            let gone: Vec<String> = pods.iter().filter(|(key, p)| p.program == index && !live.contains_key(*key)).map(|(k, _)| k.clone()).collect();
+            let gone: Vec<String> =
+                pods.iter().filter(|(key, p)| p.program == index && !live.contains_key(*key)).map(|(k, _)| k.clone()).collect();
             for key in gone {
                 if let Some(state) = pods.remove(&key) {
                     state.terminate();

@@ -35,9 +35,7 @@ impl Process {
         command.stdin(Stdio::null()).stdout(file).stderr(err);
         set_parent_death_signal(&mut command);
         let (reply, answer) = mpsc::channel();
-        spawner()
-            .send((command, reply))
-            .map_err(|_| "the process spawner thread has stopped".to_string())?;
+        spawner().send((command, reply)).map_err(|_| "the process spawner thread has stopped".to_string())?;
         let child = answer
             .recv()
             .map_err(|_| "the process spawner thread has stopped".to_string())?
@@ -54,12 +52,9 @@ impl Process {
     pub fn check_running(&mut self) -> Result<(), String> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(format!(
-                "{} exited ({status}); the end of its log {}:\n{}",
-                self.name,
-                self.log.display(),
-                log_tail(&self.log, 40)
-            )),
+            Ok(Some(status)) => {
+                Err(format!("{} exited ({status}); the end of its log {}:\n{}", self.name, self.log.display(), log_tail(&self.log, 40)))
+            }
             Err(e) => Err(format!("checking on {}: {e}", self.name)),
         }
     }

@@ -45,14 +45,10 @@ impl Binaries {
             None => run_cluster_bins()?,
         };
         let versions_file = dir.join("VERSIONS");
-        let text = std::fs::read_to_string(&versions_file).map_err(|e| {
-            format!("reading {}: {e} (run scripts/cluster-bins to build the cluster binaries)", versions_file.display())
-        })?;
-        let versions = text
-            .lines()
-            .filter_map(|line| line.split_once(' '))
-            .map(|(name, version)| (name.to_string(), version.to_string()))
-            .collect();
+        let text = std::fs::read_to_string(&versions_file)
+            .map_err(|e| format!("reading {}: {e} (run scripts/cluster-bins to build the cluster binaries)", versions_file.display()))?;
+        let versions =
+            text.lines().filter_map(|line| line.split_once(' ')).map(|(name, version)| (name.to_string(), version.to_string())).collect();
         let binaries = Binaries { dir, versions };
         for name in BINARIES {
             let path = binaries.path(name);
@@ -77,10 +73,7 @@ impl Binaries {
 
 fn run_cluster_bins() -> Result<PathBuf, String> {
     let script = repo_root().join("scripts/cluster-bins");
-    let output = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    let output = Command::new(&script).stderr(Stdio::inherit()).output().map_err(|e| format!("running {}: {e}", script.display()))?;
     if !output.status.success() {
         return Err(format!("{} failed ({}); its progress is above", script.display(), output.status));
     }

@@ -44,12 +44,7 @@ impl SystemImages {
             // It binds port 53 (its manifest adds NET_BIND_SERVICE).
             User::Root,
         );
-        let busybox = image(
-            "localhost/lampyr-testenv/busybox:debian".into(),
-            PathBuf::from(BUSYBOX),
-            "/bin/busybox",
-            User::Root,
-        );
+        let busybox = image("localhost/lampyr-testenv/busybox:debian".into(), PathBuf::from(BUSYBOX), "/bin/busybox", User::Root);
         if !Path::new(BUSYBOX).is_file() {
             return Err(format!("{BUSYBOX} is missing: run scripts/setup (installs Debian's busybox-static)"));
         }

@@ -160,11 +160,7 @@ impl Node {
         let id = container_id.strip_prefix("containerd://").unwrap_or(container_id);
         let mut ctr = self.lock_containerd().as_ref().ok_or("the node's containerd is stopped")?.ctr();
         let out = ctr.args(["tasks", "kill", "--signal", "SIGKILL", id]).output().map_err(|e| format!("running ctr: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("ctr tasks kill {id}: {}", String::from_utf8_lossy(&out.stderr).trim()))
-        }
+        if out.status.success() { Ok(()) } else { Err(format!("ctr tasks kill {id}: {}", String::from_utf8_lossy(&out.stderr).trim())) }
     }
 
     /// The end of a node component's log (`containerd`, `kubelet`, `kube-proxy`,
@@ -354,9 +350,11 @@ fn start_node_components(node: &Node, bins: &Binaries) -> Result<(), String> {
     };
 
     let mut scheduler = Command::new(bins.path("kube-scheduler"));
-    scheduler
-        .arg(format!("--kubeconfig={}", kubeconfig("kube-scheduler", None, "system:kube-scheduler")?.display()))
-        .args(["--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=10259"]);
+    scheduler.arg(format!("--kubeconfig={}", kubeconfig("kube-scheduler", None, "system:kube-scheduler")?.display())).args([
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        "--secure-port=10259",
+    ]);
     node.spawn("kube-scheduler", scheduler)?;
 
     let kubelet_dir = dir.join("kubelet");
@@ -402,13 +400,10 @@ fn start_node_components(node: &Node, bins: &Binaries) -> Result<(), String> {
 async fn wait_for_node_ready(node: &Node, deadline: Instant) -> Result<(), String> {
     let nodes: Api<NodeObject> = Api::all(node.cluster.client().await);
     loop {
-        let ready = nodes.get_opt(NODE_NAME).await.ok().flatten().is_some_and(|n| {
-            n.status
-                .and_then(|s| s.conditions)
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        });
+        let ready =
+            nodes.get_opt(NODE_NAME).await.ok().flatten().is_some_and(|n| {
+                n.status.and_then(|s| s.conditions).into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+            });
         if ready {
             return Ok(());
         }
@@ -420,28 +415,19 @@ async fn wait_for_node_ready(node: &Node, deadline: Instant) -> Result<(), Strin
 
 /// Applies CoreDNS and waits until its Pod is available.
 async fn install_coredns(node: &Node, deadline: Instant) -> Result<(), String> {
-    let manifest = include_str!("coredns.yaml")
-        .replace("COREDNS_IMAGE", &node.images.coredns)
-        .replace("DNS_SERVICE_IP", config::DNS_SERVICE_IP);
+    let manifest =
+        include_str!("coredns.yaml").replace("COREDNS_IMAGE", &node.images.coredns).replace("DNS_SERVICE_IP", config::DNS_SERVICE_IP);
     let path = node.dir.join("coredns.yaml");
     write(&path, &manifest)?;
     node.cluster.apply_files(&[path]).await?;
     let deployments: Api<Deployment> = Api::namespaced(node.cluster.client().await, "kube-system");
     loop {
-        let available = deployments
-            .get_opt("coredns")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|d| d.status)
-            .and_then(|s| s.available_replicas)
-            .unwrap_or(0);
+        let available =
+            deployments.get_opt("coredns").await.ok().flatten().and_then(|d| d.status).and_then(|s| s.available_replicas).unwrap_or(0);
         if available >= 1 {
             return Ok(());
         }
-        node.poll(deadline, "CoreDNS to be available")
-            .await
-            .map_err(|e| format!("{e}; kubelet log:\n{}", node.log_tail("kubelet", 30)))?;
+        node.poll(deadline, "CoreDNS to be available").await.map_err(|e| format!("{e}; kubelet log:\n{}", node.log_tail("kubelet", 30)))?;
     }
 }
 

@@ -97,11 +97,7 @@ impl Drop for NodeNetwork {
 pub fn namespaces_named(prefix: &str) -> Vec<String> {
     std::fs::read_dir(NETNS_DIR)
         .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().map(String::from))
-                .filter(|name| name.starts_with(prefix))
-                .collect()
+            entries.flatten().filter_map(|e| e.file_name().to_str().map(String::from)).filter(|name| name.starts_with(prefix)).collect()
         })
         .unwrap_or_default()
 }
@@ -117,9 +113,5 @@ fn ip(args: &[&str]) -> Result<(), String> {
 
 fn run(command: &mut Command) -> Result<(), String> {
     let out = command.output().map_err(|e| format!("running {command:?}: {e} (iproute2 and util-linux are needed)"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{command:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
-    }
+    if out.status.success() { Ok(()) } else { Err(format!("{command:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim())) }
 }

@@ -38,7 +38,15 @@ impl Serving for NodeIngress<'_> {
         };
         let mut logs = String::new();
         for selector in LOGGED_PODS {
-            let pods = kubectl(&["get", "pods", "--all-namespaces", "-l", selector, "-o", "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}"]);
+            let pods = kubectl(&[
+                "get",
+                "pods",
+                "--all-namespaces",
+                "-l",
+                selector,
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}",
+            ]);
             for (namespace, pod) in pods.lines().filter_map(|l| l.split_once(' ')) {
                 let log = kubectl(&["logs", "-n", namespace, pod, "--all-containers", "--prefix", "--tail=15"]);
                 logs.push_str(&format!("--- {namespace}/{pod}\n{log}\n"));

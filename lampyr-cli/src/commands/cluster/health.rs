@@ -91,11 +91,7 @@ fn crds(kubectl: &Kubectl, plan: &[ObjectRef]) -> Result<String, String> {
         list["items"].as_array().into_iter().flatten().any(|crd| crd["metadata"]["name"] == name && condition(crd, "Established"))
     };
     let missing: Vec<&str> = wanted.iter().copied().filter(|n| !established(n)).collect();
-    if missing.is_empty() {
-        Ok(format!("{} established", wanted.len()))
-    } else {
-        Err(format!("not established: {}", missing.join(", ")))
-    }
+    if missing.is_empty() { Ok(format!("{} established", wanted.len())) } else { Err(format!("not established: {}", missing.join(", "))) }
 }
 
 /// Whether `object` has condition `kind` with status True.
@@ -171,7 +167,9 @@ fn fleet_key(kubectl: &Kubectl) -> Result<String, String> {
     let secret = format!("Secret {FLEET_KEY_SECRET_NAMESPACE}/{FLEET_KEY_SECRET_NAME}");
     match stored(kubectl).map_err(text)? {
         StoredKey::Absent => Ok(format!("{secret} not created yet: the first `ly deploy` creates it")),
-        StoredKey::NoKey => Err(format!("{secret} has no data key \"{FLEET_KEY_SECRET_KEY}\"; delete it (templates sealed to it will not open)")),
+        StoredKey::NoKey => {
+            Err(format!("{secret} has no data key \"{FLEET_KEY_SECRET_KEY}\"; delete it (templates sealed to it will not open)"))
+        }
         StoredKey::Invalid(why) => Err(format!("{secret} does not hold a fleet key: {why}")),
         StoredKey::Key(key) => Ok(format!("{secret}: public key {}", key.public())),
     }
@@ -190,7 +188,10 @@ fn template_repository(kubectl: &Kubectl) -> Result<String, String> {
     let zygote: Vec<&str> = policy["spec"]["zygoteRegistries"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     let admitted = Repository::parse(&pull).is_ok_and(|p| zygote.iter().filter_map(|z| Repository::parse(z).ok()).any(|z| z.contains(&p)));
     if !admitted {
-        return Err(format!("GrantPolicy {GRANT_POLICY}'s zygoteRegistries ({}) do not admit {pull}: run `ly cluster install`", zygote.join(", ")));
+        return Err(format!(
+            "GrantPolicy {GRANT_POLICY}'s zygoteRegistries ({}) do not admit {pull}: run `ly cluster install`",
+            zygote.join(", ")
+        ));
     }
     let repository = Repository::parse(&push).map_err(|e| format!("recorded push repository {push}: {e}"))?;
     let probe = async { RegistryClient::for_repository(&repository)?.probe(&repository).await };

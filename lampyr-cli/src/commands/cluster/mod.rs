@@ -439,7 +439,10 @@ mod tests {
             object("Deployment", Some(SYSTEM_NAMESPACE), "fiber-router", true),
         ];
         let services = vec![object("Service", Some("apps"), "hello", true)];
-        let keys = vec![object("Secret", Some("default"), "lampyr-fiberd-seal-key", true), object("Secret", Some("apps"), "lampyr-fiberd-seal-key", true)];
+        let keys = vec![
+            object("Secret", Some("default"), "lampyr-fiberd-seal-key", true),
+            object("Secret", Some("apps"), "lampyr-fiberd-seal-key", true),
+        ];
         let batches = deletion_batches(plan, services, keys);
         let names: Vec<Vec<String>> = batches.iter().map(|b| b.iter().map(|o| o.display()).collect()).collect();
         assert_eq!(

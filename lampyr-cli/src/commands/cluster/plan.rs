@@ -115,11 +115,7 @@ pub struct Step {
 impl Step {
     /// Whether the step holds CRDs (install waits for them to be established).
     pub fn crds(&self) -> Vec<String> {
-        self.objects
-            .iter()
-            .filter(|o| o["kind"] == "CustomResourceDefinition")
-            .map(|o| ObjectRef::of(o).name)
-            .collect()
+        self.objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").map(|o| ObjectRef::of(o).name).collect()
     }
 }
 
@@ -159,15 +155,17 @@ pub fn steps(workspace: &Path, checked: &Checked) -> Result<Vec<Step>, PlanError
     let mut steps = Vec::new();
     for (file, title) in WORKSPACE_MANIFESTS {
         let path = workspace.join("k8s").join(file);
-        let mut objects: Vec<Value> =
-            lampyr_manifests::read(&path, &format!("k8s/{file}"))?.into_iter().map(|d| d.object).collect();
+        let mut objects: Vec<Value> = lampyr_manifests::read(&path, &format!("k8s/{file}"))?.into_iter().map(|d| d.object).collect();
         objects.iter_mut().for_each(|o| settle(o, checked));
         steps.push(Step { title: format!("{title} (k8s/{file})"), objects });
     }
     let (origin, text) = controller_manifest(&checked.controller)?;
     let objects = lampyr_manifests::parse(&text, &origin)?.into_iter().map(|d| d.object).collect();
     steps.push(Step { title: format!("fiberd-k8s-controller ({origin})"), objects });
-    steps.push(Step { title: "GrantPolicy".into(), objects: vec![grant_policy(&checked.allowed_repositories, &checked.templates.zygote_registries)] });
+    steps.push(Step {
+        title: "GrantPolicy".into(),
+        objects: vec![grant_policy(&checked.allowed_repositories, &checked.templates.zygote_registries)],
+    });
     Ok(steps)
 }
 
@@ -175,9 +173,8 @@ pub fn steps(workspace: &Path, checked: &Checked) -> Result<Vec<Step>, PlanError
 fn controller_manifest(source: &ControllerManifest) -> Result<(String, String), PlanError> {
     match source {
         ControllerManifest::File(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| {
-                lampyr_manifests::Error::Read { path: PathBuf::from(path), source }
-            })?;
+            let text =
+                std::fs::read_to_string(path).map_err(|source| lampyr_manifests::Error::Read { path: PathBuf::from(path), source })?;
             Ok((path.display().to_string(), text))
         }
         ControllerManifest::Url(url) => {
@@ -252,7 +249,8 @@ fn set_repeated_arg(object: &mut Value, flag: &str, values: &[String]) {
     let prefix = format!("{flag}=");
     for container in containers(object) {
         let args = &mut container["args"];
-        let mut kept: Vec<Value> = args.as_array().into_iter().flatten().filter(|a| !a.as_str().is_some_and(|a| a.starts_with(&prefix))).cloned().collect();
+        let mut kept: Vec<Value> =
+            args.as_array().into_iter().flatten().filter(|a| !a.as_str().is_some_and(|a| a.starts_with(&prefix))).cloned().collect();
         kept.extend(values.iter().map(|v| json!(format!("{prefix}{v}"))));
         *args = json!(kept);
     }
@@ -301,21 +299,27 @@ pub fn stream(objects: &[Value]) -> String {
     objects.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("\n---\n")
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn plain_http_template_registries_are_the_controllers_plain_http_registries() {
-        let repositories = ["http://kind-registry:5000/lampyr/fiberd-templates".to_string(), "r.example.com/t".into(), "http://kind-registry:5000/other".into()];
+        let repositories = [
+            "http://kind-registry:5000/lampyr/fiberd-templates".to_string(),
+            "r.example.com/t".into(),
+            "http://kind-registry:5000/other".into(),
+        ];
         let registries = plain_http_registries(&repositories);
         assert_eq!(registries, ["kind-registry:5000"]);
         let mut deployment = json!({ "spec": { "template": { "spec": { "containers": [
             { "args": ["--grant-image=x", "--plain-http-registry=old:5000"] },
         ] } } } });
         set_repeated_arg(&mut deployment, "--plain-http-registry", &registries);
-        assert_eq!(deployment.pointer("/spec/template/spec/containers/0/args"), Some(&json!(["--grant-image=x", "--plain-http-registry=kind-registry:5000"])));
+        assert_eq!(
+            deployment.pointer("/spec/template/spec/containers/0/args"),
+            Some(&json!(["--grant-image=x", "--plain-http-registry=kind-registry:5000"]))
+        );
     }
 
     #[test]

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_yaml::{Mapping, Value};
 
 use crate::commands::scaffold::{
-    DEFAULT_DOMAIN, DEFAULT_FIBERD_IMAGE, DEFAULT_HTTP_NODE_PORT, DEFAULT_HTTPS_NODE_PORT, DEFAULT_ROUTER_IMAGE,
-    PLATFORM_FILE,
+    DEFAULT_DOMAIN, DEFAULT_FIBERD_IMAGE, DEFAULT_HTTP_NODE_PORT, DEFAULT_HTTPS_NODE_PORT, DEFAULT_ROUTER_IMAGE, PLATFORM_FILE,
 };
 use crate::template_repository::{self, RegistryMirror, TemplateRepository, TemplateRepositoryError};
 
@@ -127,11 +126,7 @@ pub struct Ingress {
 
 impl Default for Ingress {
     fn default() -> Self {
-        Ingress {
-            class: default_ingress_class(),
-            http_node_port: DEFAULT_HTTP_NODE_PORT,
-            https_node_port: DEFAULT_HTTPS_NODE_PORT,
-        }
+        Ingress { class: default_ingress_class(), http_node_port: DEFAULT_HTTP_NODE_PORT, https_node_port: DEFAULT_HTTPS_NODE_PORT }
     }
 }
 
@@ -210,9 +205,7 @@ pub enum SettingsError {
         what: &'static str,
     },
     /// An image is not pinned by digest in a fully qualified repository.
-    #[error(
-        "{key} {image:?} is not pinned: {why}; write registry/repository@sha256:<64 hex digits>, e.g. ghcr.io/team/fiberd@sha256:…"
-    )]
+    #[error("{key} {image:?} is not pinned: {why}; write registry/repository@sha256:<64 hex digits>, e.g. ghcr.io/team/fiberd@sha256:…")]
     Unpinned {
         /// The key.
         key: &'static str,
@@ -269,8 +262,7 @@ pub fn load(workspace: &Path, provider_config: Option<&Path>) -> Result<Checked,
 /// Parses one JSON or YAML settings file into its top-level mapping (empty file: empty mapping).
 fn read_mapping(path: &Path) -> Result<Mapping, SettingsError> {
     let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read { path: path.to_path_buf(), source })?;
-    let value: Value =
-        serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse { path: path.to_path_buf(), source })?;
+    let value: Value = serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse { path: path.to_path_buf(), source })?;
     match value {
         Value::Null => Ok(Mapping::new()),
         Value::Mapping(mapping) => Ok(mapping),
@@ -337,9 +329,7 @@ pub fn pinned_repository(key: &'static str, image: Option<&str>) -> Result<Strin
         Some((dir, last)) => format!("{dir}/{}", last.split(':').next().unwrap_or(last)),
         None => path.split(':').next().unwrap_or(path).to_string(),
     };
-    let component_ok = |c: &str| {
-        !c.is_empty() && c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch))
-    };
+    let component_ok = |c: &str| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch));
     if !repository_path.split('/').all(component_ok) {
         return Err(unpinned("its repository path is not lowercase letters, digits and . _ - between slashes"));
     }
@@ -403,10 +393,23 @@ mod tests {
     fn the_shared_grant_size_becomes_lampyr_controllers_flags_and_bad_values_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut settings = valid(dir.path());
-        settings.shared_grant = Some(parse("sharedGrant: {fiberSlots: 400, memory: 8Gi, instances: 2, maxInstances: 5}\n").expect("parses").shared_grant.expect("set"));
+        settings.shared_grant = Some(
+            parse("sharedGrant: {fiberSlots: 400, memory: 8Gi, instances: 2, maxInstances: 5}\n")
+                .expect("parses")
+                .shared_grant
+                .expect("set"),
+        );
         let checked = check(settings.clone(), dir.path()).expect("valid");
         let args = checked.settings.shared_grant.expect("kept").controller_args();
-        assert_eq!(args, [("--grant-fiber-slots", "400".to_string()), ("--grant-memory", "8Gi".into()), ("--grant-instances", "2".into()), ("--grant-max-instances", "5".into())]);
+        assert_eq!(
+            args,
+            [
+                ("--grant-fiber-slots", "400".to_string()),
+                ("--grant-memory", "8Gi".into()),
+                ("--grant-instances", "2".into()),
+                ("--grant-max-instances", "5".into())
+            ]
+        );
         for (bad, key) in [
             (SharedGrant { fiber_slots: Some(0), ..Default::default() }, "sharedGrant.fiberSlots"),
             (SharedGrant { memory: Some("lots".into()), ..Default::default() }, "sharedGrant.memory"),

@@ -35,7 +35,9 @@ pub enum DeployError {
     )]
     NotInstalled,
     /// A manifest holds something other than Services (nothing was deployed).
-    #[error("{manifest}: ly deploy deploys Knative Services only, and this manifest also holds {others}; apply those with kubectl (nothing was deployed)")]
+    #[error(
+        "{manifest}: ly deploy deploys Knative Services only, and this manifest also holds {others}; apply those with kubectl (nothing was deployed)"
+    )]
     NotAService {
         /// The manifest.
         manifest: String,
@@ -43,7 +45,9 @@ pub enum DeployError {
         others: String,
     },
     /// `--namespace` and the manifest disagree.
-    #[error("{manifest}: Service {name} is in namespace {manifest_namespace}, but --namespace says {flag}; drop one (nothing was deployed)")]
+    #[error(
+        "{manifest}: Service {name} is in namespace {manifest_namespace}, but --namespace says {flag}; drop one (nothing was deployed)"
+    )]
     Namespace {
         /// The manifest.
         manifest: String,
@@ -87,7 +91,9 @@ pub enum DeployError {
         why: String,
     },
     /// The Service was not Ready in time.
-    #[error("Service {service} was not Ready after {waited:?} (last: {last}); it stays applied: check it with kubectl, or deploy with a longer --timeout")]
+    #[error(
+        "Service {service} was not Ready after {waited:?} (last: {last}); it stays applied: check it with kubectl, or deploy with a longer --timeout"
+    )]
     Timeout {
         /// `namespace/name`.
         service: String,
@@ -174,7 +180,10 @@ fn registry_annotation(document: &ServiceDocument) -> Option<&str> {
 /// The namespace of the context (kubectl's default for namespaced objects), else `default`;
 /// read from the kubeconfig alone.
 fn context_namespace(kubectl: &Kubectl) -> Result<String, CliError> {
-    let out = kubectl.run(&["config", "view", "--minify", "-o", "jsonpath={..namespace}"], None).map_err(ClusterError::from).map_err(DeployError::from)?;
+    let out = kubectl
+        .run(&["config", "view", "--minify", "-o", "jsonpath={..namespace}"], None)
+        .map_err(ClusterError::from)
+        .map_err(DeployError::from)?;
     Ok(Some(out.trim().to_string()).filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()))
 }
 
@@ -199,8 +208,10 @@ fn plan(paths: &[PathBuf], default_namespace: &str, flag: Option<&str>) -> Resul
                 (Some(ns), _) => ns.clone(),
                 (None, _) => default_namespace.to_string(),
             };
-            let policy = lampyr_api::translate::translate(&document.service.spec.template).map_err(|e| {
-                DeployError::Unsupported { manifest: manifest.clone(), name: name.clone(), reason: e.to_string() }
+            let policy = lampyr_api::translate::translate(&document.service.spec.template).map_err(|e| DeployError::Unsupported {
+                manifest: manifest.clone(),
+                name: name.clone(),
+                reason: e.to_string(),
             })?;
             planned.push(Planned { source: source.clone(), document, namespace, name, policy });
         }
@@ -222,7 +233,11 @@ impl Deployer {
             Some(reference) => reference.to_string(),
             None => self.push_artifact(&artifact, ui)?,
         };
-        let live = self.kubectl.get_json(&format!("services.serving.knative.dev/{name}"), Some(namespace)).map_err(ClusterError::from).map_err(DeployError::from)?;
+        let live = self
+            .kubectl
+            .get_json(&format!("services.serving.knative.dev/{name}"), Some(namespace))
+            .map_err(ClusterError::from)
+            .map_err(DeployError::from)?;
         let sealed = match self.sealed_in(live.as_ref(), &reference) {
             Some(sealed) => {
                 ui.step(format!("{namespace}/{name}: its template is already sealed to this fleet key ({sealed})"));
@@ -306,7 +321,8 @@ impl Deployer {
         let args = ["apply", "--server-side", "--force-conflicts", &manager, "-o", "json", "-f", "-"];
         let out = self.kubectl.run(&args, Some(&object.to_string())).map_err(ClusterError::from).map_err(DeployError::from)?;
         serde_json::from_str(&out).map_err(|e| {
-            let service = format!("{}/{}", object["metadata"]["namespace"].as_str().unwrap_or(""), object["metadata"]["name"].as_str().unwrap_or(""));
+            let service =
+                format!("{}/{}", object["metadata"]["namespace"].as_str().unwrap_or(""), object["metadata"]["name"].as_str().unwrap_or(""));
             DeployError::Applied { service, reason: e.to_string() }.into()
         })
     }

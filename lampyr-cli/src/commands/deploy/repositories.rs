@@ -120,13 +120,9 @@ mod tests {
 
     #[test]
     fn artifacts_default_to_the_template_registry_in_both_spellings() {
-        let r = derive(
-            "http://localhost:5002/lampyr/fiberd-templates",
-            "http://kind-registry:5000/lampyr/fiberd-templates",
-            None,
-            &mirrors(),
-        )
-        .expect("derives");
+        let r =
+            derive("http://localhost:5002/lampyr/fiberd-templates", "http://kind-registry:5000/lampyr/fiberd-templates", None, &mirrors())
+                .expect("derives");
         assert_eq!(r.templates.push.to_string(), "http://localhost:5002/lampyr/fiberd-templates");
         assert_eq!(r.templates.pull, "kind-registry:5000/lampyr/fiberd-templates");
         assert_eq!(r.artifacts.push.to_string(), "http://localhost:5002/lampyr/snapshots");
@@ -139,7 +135,11 @@ mod tests {
         let d = format!("sha256:{}", "a".repeat(64));
         assert_eq!(r.for_host(&format!("kind-registry:5000/lampyr/app@{d}")), format!("http://localhost:5002/lampyr/app@{d}"));
         assert_eq!(r.for_host(&format!("registry.example.com/app@{d}")), format!("registry.example.com/app@{d}"));
-        assert_eq!(r.for_host(&format!("https://kind-registry:5000/app@{d}")), format!("https://kind-registry:5000/app@{d}"), "a scheme given is kept");
+        assert_eq!(
+            r.for_host(&format!("https://kind-registry:5000/app@{d}")),
+            format!("https://kind-registry:5000/app@{d}"),
+            "a scheme given is kept"
+        );
         let direct = derive("http://10.0.0.5:5000/t", "http://10.0.0.5:5000/t", None, &BTreeMap::new()).expect("derives");
         assert_eq!(direct.for_host(&format!("10.0.0.5:5000/app@{d}")), format!("http://10.0.0.5:5000/app@{d}"), "plain HTTP as recorded");
     }
@@ -149,9 +149,11 @@ mod tests {
         let t = "http://localhost:5002/lampyr/fiberd-templates";
         let beside = derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", None, &mirrors()).expect("derives");
         assert_eq!(beside.artifacts_unreachable_by_plain_http(), None, "the template registry is plain HTTP for the cluster");
-        let other = derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", Some("http://10.0.0.9:5000/apps"), &mirrors()).expect("derives");
+        let other =
+            derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", Some("http://10.0.0.9:5000/apps"), &mirrors()).expect("derives");
         assert_eq!(other.artifacts_unreachable_by_plain_http(), Some("10.0.0.9:5000"));
-        let tls = derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", Some("registry.example.com/apps"), &mirrors()).expect("derives");
+        let tls =
+            derive(t, "http://kind-registry:5000/lampyr/fiberd-templates", Some("registry.example.com/apps"), &mirrors()).expect("derives");
         assert_eq!(tls.artifacts_unreachable_by_plain_http(), None);
     }
 
@@ -161,7 +163,10 @@ mod tests {
         let via_mirror = derive(t, t, Some("http://localhost:5002/team/app"), &mirrors()).expect("derives");
         assert_eq!(via_mirror.artifacts.pull, "kind-registry:5000/team/app");
         let direct = derive(t, t, Some("registry.example.com/team/app"), &mirrors()).expect("derives");
-        assert_eq!((direct.artifacts.push.to_string().as_str(), direct.artifacts.pull.as_str()), ("registry.example.com/team/app", "registry.example.com/team/app"));
+        assert_eq!(
+            (direct.artifacts.push.to_string().as_str(), direct.artifacts.pull.as_str()),
+            ("registry.example.com/team/app", "registry.example.com/team/app")
+        );
         let bad = derive(t, t, Some("Not A Repo"), &mirrors()).expect_err("refused");
         assert!(bad.to_string().contains("Not A Repo"), "{bad}");
     }

@@ -58,9 +58,7 @@ pub fn progress(service: &Value, generation: i64) -> Progress {
             url: status["url"].as_str().unwrap_or_default().to_string(),
             revision: status["latestReadyRevisionName"].as_str().unwrap_or_default().to_string(),
         }),
-        Some("False") if condition("ConfigurationsReady").is_some_and(|c| c["status"] == "False") => {
-            Progress::Failed(describe(&ready))
-        }
+        Some("False") if condition("ConfigurationsReady").is_some_and(|c| c["status"] == "False") => Progress::Failed(describe(&ready)),
         _ => Progress::Pending(describe(&ready)),
     }
 }
@@ -88,10 +86,11 @@ pub fn until_ready(
             Some(pending) => pending,
         };
         if let Progress::Pending(what) = now
-            && what != last {
-                ui.step(format!("  {namespace}/{name}: {what}"));
-                last = what;
-            }
+            && what != last
+        {
+            ui.step(format!("  {namespace}/{name}: {what}"));
+            last = what;
+        }
         if started.elapsed() >= timeout {
             return Err(DeployError::Timeout { service: format!("{namespace}/{name}"), waited: timeout, last });
         }
