@@ -205,16 +205,20 @@ struct Op<'a> {
 }
 
 /// An OCI distribution client for `config`: every Lampyr client of a registry is made here.
-///
-/// reqwest, under oci-client, takes rustls' process-default provider and, in this build
-/// (ring only, no aws-lc-rs), has no fallback of its own. rustls makes the one provider a
-/// build links the default on first use (as kube's client does); this does the same when
-/// nothing has yet. A default the host process installed stays.
 pub fn oci_client(config: ClientConfig) -> Result<oci_client::Client, OciDistributionError> {
+    use_build_tls_provider();
+    oci_client::Client::try_from(config)
+}
+
+/// Makes the one rustls provider Lampyr's build links (`ring`) the process default when
+/// none is installed yet, as rustls itself does on first use of `ClientConfig::builder`
+/// (kube's client triggers that). reqwest, under oci-client, only reads the default and has
+/// no fallback in this build, so every reqwest client is made after this. A default the
+/// host process installed stays.
+pub fn use_build_tls_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-    oci_client::Client::try_from(config)
 }
 
 impl RegistryClient {

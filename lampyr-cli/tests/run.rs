@@ -57,7 +57,7 @@ fn start(args: &[&str]) -> LyRun {
 
 fn client(run: &LyRun, host: &str) -> (reqwest::Client, String) {
     let addr: std::net::SocketAddr = run.base.trim_start_matches("http://").parse().expect("address");
-    let c = reqwest::Client::builder().resolve(host, addr).timeout(Duration::from_secs(60)).build().expect("client");
+    let c = lampyr_testenv::http_client().resolve(host, addr).timeout(Duration::from_secs(60)).build().expect("client");
     (c, format!("http://{host}:{}", addr.port()))
 }
 

@@ -218,7 +218,7 @@ async fn start_router(client: Client, config: ClusterConfig) -> TestRouter {
 }
 
 fn http() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
+    lampyr_testenv::http_client().timeout(Duration::from_secs(120)).build().expect("client")
 }
 
 async fn read(resp: reqwest::Response) -> Answer {

@@ -111,7 +111,7 @@ async fn router(backend: Arc<HttpBackend>, timeout: Duration) -> SocketAddr {
 }
 
 fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client")
+    lampyr_testenv::http_client().timeout(Duration::from_secs(30)).build().expect("client")
 }
 
 fn get(c: &reqwest::Client, addr: SocketAddr, path: &str) -> reqwest::RequestBuilder {

@@ -116,7 +116,7 @@ async fn kingress_paths_headers_rewrites_and_redirects() {
         host("ns/narrow", IngressVisibility::ClusterLocal, vec![path("/only", vec![split("hello-1", "hello-1")])]),
     );
     let addr = serve(table).await;
-    let c = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let c = lampyr_testenv::http_client().redirect(reqwest::redirect::Policy::none()).build().expect("client");
     let get = |host: &'static str, path: &'static str, tag: Option<&'static str>| {
         let mut req = c.get(format!("http://{addr}{path}")).header("host", host);
         if let Some(tag) = tag {

@@ -84,7 +84,7 @@ async fn wait_until(what: &str, limit: Duration, cond: impl Fn() -> bool) {
 }
 
 fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client")
+    lampyr_testenv::http_client().timeout(Duration::from_secs(60)).build().expect("client")
 }
 
 async fn get(c: &reqwest::Client, addr: SocketAddr, host: &str, path: &str) -> (u16, String) {
@@ -167,11 +167,11 @@ async fn h2c_is_served() {
     let rev = Rev { name: "echo-00001", artifact: echo, env: vec![], policy: policy(2, Duration::from_secs(30)), queue: 8 };
     add_sole_revision(&mut table, "echo", entry(rev, &metrics).await.0);
     let (_router, addr) = serve(table).await;
-    let c = reqwest::Client::builder().http2_prior_knowledge().resolve("hello.default.localhost", addr).build().expect("client");
+    let c = lampyr_testenv::http_client().http2_prior_knowledge().resolve("hello.default.localhost", addr).build().expect("client");
     let resp = c.get(format!("http://hello.default.localhost:{}/", addr.port())).send().await.expect("h2c response");
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert_eq!(resp.text().await.expect("body"), "Hello World!\n");
-    let c = reqwest::Client::builder().http2_prior_knowledge().resolve("echo.default.localhost", addr).build().expect("client");
+    let c = lampyr_testenv::http_client().http2_prior_knowledge().resolve("echo.default.localhost", addr).build().expect("client");
     let resp = c.get(format!("http://echo.default.localhost:{}/h2", addr.port())).send().await.expect("h2c response");
     let body = resp.text().await.expect("body");
     assert!(body.contains(&format!("header: host: echo.default.localhost:{}", addr.port())), "the guest sees :authority as Host: {body}");
@@ -273,7 +273,7 @@ async fn a_client_that_disconnects_frees_its_fiber() {
     add_sole_revision(&mut table, "spin", e);
     let (_router, addr) = serve(table).await;
 
-    let c = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().expect("client");
+    let c = lampyr_testenv::http_client().timeout(Duration::from_millis(500)).build().expect("client");
     let err = c.get(format!("http://{addr}/loop")).header("host", "spin.default.localhost").send().await.expect_err("client gives up");
     assert!(err.is_timeout());
     let (status, body) = get(&client(), addr, "spin.default.localhost", "/").await;

@@ -76,7 +76,7 @@ pub trait Serving: Sync {
     /// Sends `GET path` with `Host: host` to fiber-router; returns the status and body.
     async fn get(&self, host: &str, path: &str) -> Result<(u16, String), String> {
         let router = self.router_addr().ok_or("no fiber-router is running")?;
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
+        let client = crate::http_client().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
         let response = client
             .get(format!("http://{router}{path}"))
             .header("Host", host)

@@ -33,3 +33,11 @@ pub use knative_services::{PATIENCE, Serving, knative_service};
 pub use node::Node;
 pub use registry::TestRegistry;
 pub use stack::LampyrStack;
+
+/// A reqwest client builder for tests, made after rustls has its provider (reqwest reads
+/// the process default and has none of its own in this build: see
+/// `lampyr_artifact::registry::use_build_tls_provider`).
+pub fn http_client() -> reqwest::ClientBuilder {
+    lampyr_artifact::registry::use_build_tls_provider();
+    reqwest::Client::builder()
+}

@@ -186,7 +186,7 @@ pub async fn request(addr: SocketAddr, ns: &str, revision: &str) -> (u16, String
 }
 
 pub fn http() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http client")
+    lampyr_testenv::http_client().timeout(Duration::from_secs(60)).build().expect("http client")
 }
 
 /// The entry of `instance` in Home `name`'s status, if any; `None` also when the Home is gone.
