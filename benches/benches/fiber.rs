@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperlight_host::{HostFunctions, Sandbox};
 use lampyr_abi::{Env, Request};
 use lampyr_artifact::verify_layout;
 use lampyr_benches::{Samples, Table, fmt_duration, private_memory_bytes, speedup};
@@ -35,13 +34,12 @@ fn main() {
     let load = Samples::measure(50, 3, || drop(Template::load(&artifact, &Env::default()).expect("load")));
     let template = Template::load(&artifact, &Env::default()).expect("load");
     let snapshot = Arc::clone(template.snapshot());
-    let new_fiber =
-        Samples::measure(200, 10, || drop(Sandbox::from_snapshot(Arc::clone(&snapshot), HostFunctions::default(), None).expect("fiber")));
+    let new_fiber = Samples::measure(200, 10, || drop(template.new_sandbox().expect("fiber")));
     let restore = {
-        let mut sb = Sandbox::from_snapshot(Arc::clone(&snapshot), HostFunctions::default(), None).expect("fiber");
+        let mut sb = template.new_sandbox().expect("fiber");
         Samples::measure(200, 10, || sb.restore(Arc::clone(&snapshot)).expect("restore"))
     };
-    let rate = creation_rate(&snapshot, Duration::from_secs(2));
+    let rate = creation_rate(&template, Duration::from_secs(2));
     let (per_fiber, fibers_per_gib) = density(&artifact);
     let (host, guest) = dispatch(&artifact);
     let floor = handoff_floor(guest.median());
@@ -84,11 +82,11 @@ fn fmt_bytes(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
-fn creation_rate(snapshot: &Arc<hyperlight_host::sandbox::snapshot::Snapshot>, window: Duration) -> f64 {
+fn creation_rate(template: &Template, window: Duration) -> f64 {
     let started = Instant::now();
     let mut n = 0u64;
     while started.elapsed() < window {
-        drop(Sandbox::from_snapshot(Arc::clone(snapshot), HostFunctions::default(), None).expect("fiber"));
+        drop(template.new_sandbox().expect("fiber"));
         n += 1;
     }
     n as f64 / started.elapsed().as_secs_f64()
