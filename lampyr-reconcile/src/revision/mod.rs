@@ -448,7 +448,8 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     if let (true, Some(problem)) = (plan.kept, &plan.retry) {
         tracing::warn!(revision = %key(rev), %problem, "cannot re-verify the artifact; keeping the Revision's state");
     }
-    let plan::Plan { mut status, retry, policy, deployable, children, .. } = plan;
+    let propagates_home = plan.propagates_home();
+    let plan::Plan { mut status, retry, policy, children, .. } = plan;
     let not_owned = matches!(children, plan::Children::NotOurs);
     let mut waiting = false;
     if let plan::Children::Deploy(desired) = children {
@@ -488,7 +489,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
             write_home_status(&homes, home, &computed).await?;
             Metrics::count(&ctx.metrics.status_writes, "object", "home");
         }
-        if let (Some(policy), true) = (&policy, deployable || retry.is_some()) {
+        if let (Some(policy), true) = (&policy, propagates_home) {
             status::propagate_home(&mut status, &computed, policy, &now);
         }
         // Moved off an older version's per-Revision grant: once it serves from the new one,
