@@ -25,7 +25,8 @@ use lampyr_benches::{Samples, Table, fmt_duration};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::{FiberPool, LocalBackend, PoolConfig, Template};
-use lampyr_router::{Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
+use lampyr_router::route::{self, RouteOptions, ServiceTraffic};
+use lampyr_router::{Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
@@ -35,7 +36,8 @@ const HOST: &str = "bench.default.localhost";
 /// Event-loop threads of each server (backend, fiber-router, nginx workers): one each.
 const WORKERS: usize = 1;
 const WRK_THREADS: usize = 2;
-const WRK_CONNECTIONS: usize = 32;
+/// Open connections of each wrk run; every target is measured at each.
+const WRK_CONNECTIONS: [usize; 2] = [32, 256];
 const WARMUP_SECONDS: u64 = 2;
 const COLD_ITERATIONS: usize = 50;
 const COLD_WARMUP: usize = 3;
@@ -52,37 +54,43 @@ fn main() {
     let nginx = Nginx::start(&nginx_bin, backend);
 
     let targets = [("direct (backend alone)", backend), (nginx.version.as_str(), nginx.addr), ("fiber-router", router)];
-    let mut results = Vec::new();
-    for (name, addr) in targets {
-        run_wrk(&wrk, addr, WARMUP_SECONDS);
-        results.push((name.to_string(), run_wrk(&wrk, addr, seconds)));
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut errors = false;
+    for connections in WRK_CONNECTIONS {
+        let mut results = Vec::new();
+        for (name, addr) in targets {
+            run_wrk(&wrk, addr, WARMUP_SECONDS, connections);
+            results.push((format!("{name}, {connections} conns"), run_wrk(&wrk, addr, seconds, connections)));
+        }
+        errors |= results.iter().any(|(_, r)| r.errors > 0);
+        let [direct, nginx, router] = [&results[0].1, &results[1].1, &results[2].1];
+        rows.extend(
+            results.iter().map(|(name, r)| {
+                vec![name.clone(), fmt_duration(r.p50), fmt_duration(r.p99), format!("{:.0}", r.rps), r.errors.to_string()]
+            }),
+        );
+        rows.push(ratio_row(&format!("fiber-router ÷ nginx, {connections} conns"), router, nginx));
+        rows.push(ratio_row(&format!("fiber-router ÷ direct, {connections} conns"), router, direct));
+        rows.push(ratio_row(&format!("nginx ÷ direct, {connections} conns"), nginx, direct));
     }
     drop(nginx);
     router_rt.shutdown_background();
     backend_rt.shutdown_background();
 
-    let [direct, nginx, router] = [&results[0].1, &results[1].1, &results[2].1];
-    let mut rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|(name, r)| vec![name.clone(), fmt_duration(r.p50), fmt_duration(r.p99), format!("{:.0}", r.rps), r.errors.to_string()])
-        .collect();
-    rows.push(ratio_row("fiber-router ÷ nginx", router, nginx));
-    rows.push(ratio_row("fiber-router ÷ direct", router, direct));
-    rows.push(ratio_row("nginx ÷ direct", nginx, direct));
-
     println!("\nLampyr fiber-router vs nginx as a reverse proxy to one plain HTTP/1.1 backend\n");
     print!("{}", render(&["target", "p50", "p99", "req/s", "errors"], &rows));
     println!(
-        "\nwrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{seconds}s --latency -H 'Host: {HOST}' against each target in turn \
+        "\nwrk -t{WRK_THREADS} -c{{{}}} -d{seconds}s --latency -H 'Host: {HOST}' against each target in turn \
          (after a {WARMUP_SECONDS} s unmeasured warm-up);\nbackend: hyper HTTP/1.1 answering 200 \"hello\\n\" on {WORKERS} tokio \
-         worker thread; fiber-router: {WORKERS} tokio worker thread, HttpBackend with a keep-alive pool;\nnginx: \
+         worker thread; fiber-router: {WORKERS} tokio worker thread, HttpBackend with a keep-alive pool, bodies streamed;\nnginx: \
          worker_processes {WORKERS} (plus its master), proxy_http_version 1.1 with an upstream keepalive pool of 64, access log off.\n\
          Ratios: latency ÷ is slower-by (lower is better), req/s ÷ is throughput share (higher is better).\n\
          Client, proxy and backend share the machine's {} cores: these are relative figures, not capacity.\n\
          SPECIFICATION.md target: fiber-router no slower than nginx at p50 and p99 (fiber-router ÷ nginx ≤ 1.00× on both).",
+        WRK_CONNECTIONS.map(|c| c.to_string()).join(","),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    if results.iter().any(|(_, r)| r.errors > 0) {
+    if errors {
         println!("WARNING: some runs had socket errors or non-2xx answers (the errors column).");
     }
 
@@ -132,7 +140,7 @@ fn policy(initial_scale: u32) -> FiberPolicy {
 async fn start_router(policy: FiberPolicy, backend: Arc<dyn Backend>) -> SocketAddr {
     let mut table = RouteTable::default();
     table.insert_revision(RevisionEntry::new("default", "bench-00001", policy, backend));
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: "bench".into(), traffic: vec![("bench-00001".into(), 100)] });
+    route::program(&mut table, &ServiceTraffic::single("default", "bench", "bench-00001"), &RouteOptions::default()).expect("a new host");
     let router = Router::new(RouterConfig::default(), Registry::default());
     router.set_table(table);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind router");
@@ -285,9 +293,9 @@ struct WrkResult {
     errors: u64,
 }
 
-fn run_wrk(wrk: &Path, addr: SocketAddr, seconds: u64) -> WrkResult {
+fn run_wrk(wrk: &Path, addr: SocketAddr, seconds: u64, connections: usize) -> WrkResult {
     let out = Command::new(wrk)
-        .args(["-t", &WRK_THREADS.to_string(), "-c", &WRK_CONNECTIONS.to_string(), "-d", &format!("{seconds}s"), "--latency"])
+        .args(["-t", &WRK_THREADS.to_string(), "-c", &connections.to_string(), "-d", &format!("{seconds}s"), "--latency"])
         .args(["-H", &format!("Host: {HOST}")])
         .arg(format!("http://{addr}/"))
         .output()

@@ -28,8 +28,14 @@ fn ly() -> Command {
 
 /// Starts `ly run ARGS --listen 127.0.0.1:0` and waits for its ready line.
 fn start(args: &[&str]) -> LyRun {
+    start_in(&std::env::current_dir().expect("a working directory"), args)
+}
+
+/// [`start`] with `dir` as the working directory.
+fn start_in(dir: &Path, args: &[&str]) -> LyRun {
     require_kvm();
     let child = ly()
+        .current_dir(dir)
         .arg("run")
         .args(args)
         .args(["--listen", "127.0.0.1:0"])
@@ -75,6 +81,14 @@ async fn serves_the_hello_example() {
     assert_eq!(get(&c, &format!("{url}/")).await.0, 404);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_a_manifest_named_from_inside_its_guest_crate() {
+    // `ly run service.yaml` in the crate's directory: the manifest's directory is `.`, not the empty path.
+    let run = start_in(&repo_root().join("examples/hello"), &["service.yaml"]);
+    let (c, url) = client(&run, "hello.default.localhost");
+    assert_eq!(get(&c, &format!("{url}/")).await, (200, "Hello Lampyr!\n".to_string()));
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write manifest");
@@ -99,12 +113,12 @@ fn manifest(name: &str, revision: &str, artifact: &str, target: &str, traffic: &
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn traffic_splits_between_two_loaded_revisions() {
+async fn traffic_splits_between_two_loaded_revisions_and_every_tag_has_its_host() {
     require_kvm();
     let dir = tempfile::tempdir().expect("tempdir");
     let artifact = hello_artifact(dir.path());
     let v1 = write(dir.path(), "v1.yaml", &manifest("split", "split-v1", &artifact, "one", ""));
-    let traffic = "  traffic:\n    - revisionName: split-v1\n      percent: 90\n    - latestRevision: true\n      percent: 10\n";
+    let traffic = "  traffic:\n    - revisionName: split-v1\n      percent: 90\n      tag: current\n    - latestRevision: true\n      percent: 10\n      tag: candidate\n    - latestRevision: true\n      percent: 0\n      tag: latest\n";
     let v2 = write(dir.path(), "v2.yaml", &manifest("split", "split-v2", &artifact, "two", traffic));
     let run = start(&[v1.to_str().expect("utf-8"), v2.to_str().expect("utf-8")]);
     let (c, url) = client(&run, "split.default.localhost");
@@ -116,6 +130,19 @@ async fn traffic_splits_between_two_loaded_revisions() {
     }
     // p = 0.1 over 300 draws: mean 30, sd 5.2; 9..=55 is beyond 4 sd.
     assert!((9..=55).contains(&two), "10% share measured {two}/300");
+    for (host, answer) in [
+        ("current-split.default.localhost", "Hello one!\n"),
+        ("candidate-split.default.localhost", "Hello two!\n"),
+        ("latest-split.default.localhost", "Hello two!\n"),
+        ("candidate-split.default.svc.cluster.local", "Hello two!\n"),
+    ] {
+        let (c, url) = client(&run, host);
+        for _ in 0..5 {
+            assert_eq!(get(&c, &format!("{url}/")).await, (200, answer.to_string()), "{host}");
+        }
+    }
+    let (c, url) = client(&run, "other-split.default.localhost");
+    assert_eq!(get(&c, &format!("{url}/")).await.0, 404, "an unknown tag has no host");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,8 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use lampyr_abi::{Request, Response};
-use lampyr_router::{Backend, BackendStats, InvokeError, Scaler, ScalerConfig};
+use lampyr_router::{Backend, BackendStats, Body, InvokeError, Scaler, ScalerConfig};
 
 use crate::FiberPool;
 use tokio::time::Instant;
@@ -102,12 +101,18 @@ async fn scale_loop(backend: Weak<LocalBackend>, tick: std::time::Duration) {
 }
 
 impl Backend for LocalBackend {
-    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>> {
+    /// Gathers the request into the guest's frame (the only place it is
+    /// converted), serves it on a fiber, and answers the guest's response.
+    fn invoke(&self, req: http::Request<Body>, deadline: Instant) -> BoxFuture<'_, Result<http::Response<Body>, InvokeError>> {
         self.arrivals.fetch_add(1, Ordering::AcqRel);
         if self.pool.stats().live == 0 {
             self.activate();
         }
-        Box::pin(self.pool.invoke(req, deadline))
+        Box::pin(async move {
+            let req = lampyr_router::guest::guest_request(req, self.max_request_body(), deadline).await?;
+            let resp = self.pool.invoke(req, deadline).await?;
+            lampyr_router::guest::http_response(resp)
+        })
     }
 
     fn max_request_body(&self) -> u64 {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::InvokeError;
-use lampyr_abi::{Request, Response};
+use crate::body::Body;
 use tokio::time::Instant;
 
 /// A boxed future, as returned by [`Backend::invoke`].
@@ -27,7 +27,10 @@ pub struct BackendStats {
 /// Serves one Revision's requests.
 pub trait Backend: Send + Sync {
     /// Serves `req` before `deadline`; dropping the future abandons the request.
-    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>>;
+    /// The request body arrives bounded by [`Backend::max_request_body`] and the
+    /// deadline (it fails with [`crate::body::TooLarge`] or
+    /// [`crate::body::DeadlinePassed`] past them); the response body streams.
+    fn invoke(&self, req: http::Request<Body>, deadline: Instant) -> BoxFuture<'_, Result<http::Response<Body>, InvokeError>>;
     /// Largest request body accepted, in bytes.
     fn max_request_body(&self) -> u64;
     /// Current counts.

@@ -25,15 +25,16 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::InvokeError;
+use crate::body::Body;
 use arc_swap::ArcSwap;
-use lampyr_abi::{Header, Request, Response};
+use http::{HeaderName, HeaderValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendStats, BoxFuture};
-use crate::http_backend::{HttpBackend, HttpLimits, InFlight, prepare};
+use crate::http_backend::{HttpBackend, HttpLimits, InFlight, Outgoing};
 use crate::metrics::{RouterMetrics, revision_labels};
 use crate::server::{NAMESPACE_HEADER, REVISION_HEADER};
 
@@ -183,14 +184,12 @@ impl FiberdBackend {
         InvokeError::Unavailable(format!("revision {}/{} is no longer published: its Home was deleted", self.namespace, self.revision))
     }
 
-    async fn forward(&self, mut req: Request, deadline: Instant) -> Result<Response, InvokeError> {
-        let size = req.body.len() as u64;
-        if size > self.config.max_request_body {
-            return Err(InvokeError::RequestTooLarge { size, max: self.config.max_request_body });
+    async fn forward(&self, req: http::Request<Body>, deadline: Instant) -> Result<http::Response<Body>, InvokeError> {
+        let mut prepared = Outgoing::new(req, self.config.max_request_body)?;
+        for (name, value) in [(NAMESPACE_HEADER, &self.namespace), (REVISION_HEADER, &self.revision)] {
+            let value = HeaderValue::from_str(value).map_err(|_| InvokeError::FiberFailed(format!("{value:?} is no header value")))?;
+            prepared.set_header(HeaderName::from_static(name), value);
         }
-        set_header(&mut req.headers, NAMESPACE_HEADER, &self.namespace);
-        set_header(&mut req.headers, REVISION_HEADER, &self.revision);
-        let prepared = prepare(req)?;
         let mut tried: Vec<SocketAddr> = Vec::new();
         let mut waiting = None;
         let mut backoff = RETRY_MIN;
@@ -229,14 +228,8 @@ impl FiberdBackend {
     }
 }
 
-/// Replaces every `name` header (any case) of `headers` with one `value`.
-fn set_header(headers: &mut Vec<Header>, name: &str, value: &str) {
-    headers.retain(|h| !h.name.eq_ignore_ascii_case(name));
-    headers.push(Header { name: name.to_string(), value: value.as_bytes().to_vec() });
-}
-
 impl Backend for FiberdBackend {
-    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>> {
+    fn invoke(&self, req: http::Request<Body>, deadline: Instant) -> BoxFuture<'_, Result<http::Response<Body>, InvokeError>> {
         Box::pin(self.forward(req, deadline))
     }
 
@@ -302,16 +295,5 @@ mod tests {
         }
         backend.close();
         assert!(backend.pick(&[]).is_none());
-    }
-
-    #[test]
-    fn revision_headers_replace_whatever_the_client_sent() {
-        let mut headers = vec![
-            Header { name: "Knative-Serving-Revision".into(), value: b"other".to_vec() },
-            Header { name: "x".into(), value: b"1".to_vec() },
-        ];
-        set_header(&mut headers, REVISION_HEADER, "mine");
-        assert_eq!(headers.len(), 2);
-        assert_eq!(headers[1].value, b"mine");
     }
 }

@@ -15,27 +15,32 @@
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::InvokeError;
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_LENGTH, HeaderName, HeaderValue};
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Method, Uri};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use lampyr_abi::{DecodeError, Header, Request, Response};
+use lampyr_abi::DecodeError;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendStats, BoxFuture};
+use crate::body::{self, Body, BodyError, DeadlinePassed, TooLarge, caused_by};
 
 /// Limits and pool settings of an [`HttpBackend`].
 #[derive(Clone, Debug)]
 pub struct HttpLimits {
-    /// Largest upstream response body read, in bytes; a larger one is a 502.
+    /// Largest upstream response body streamed, in bytes; a larger declared one
+    /// is a 502, a larger streamed one is cut off with a reset.
     pub max_response_body: u64,
     /// Longest wait for a TCP connection to the upstream.
     pub connect_timeout: Duration,
@@ -60,7 +65,7 @@ impl Default for HttpLimits {
 pub struct HttpBackend {
     upstream: SocketAddr,
     authority: Authority,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpConnector, Lent>,
     http2: bool,
     max_request_body: u64,
     max_response_body: u64,
@@ -119,46 +124,42 @@ impl HttpBackend {
         self.in_flight.load(Ordering::Acquire)
     }
 
-    /// The upstream request for this backend's address.
-    #[cfg(test)]
-    fn upstream_request(&self, req: Request) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
-        let prepared = prepare(req)?;
-        self.addressed(&prepared)
-    }
-
-    /// A copy of `prepared` aimed at this backend's upstream (the body is shared, not copied).
-    fn addressed(&self, prepared: &hyper::Request<Full<Bytes>>) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
-        let target = prepared.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    /// The request for this backend's upstream: `outgoing`'s head aimed at its
+    /// address, and a body that goes back to `outgoing` if it is never read.
+    fn addressed(&self, outgoing: &Outgoing) -> Result<hyper::Request<Lent>, InvokeError> {
+        let target = outgoing.head.uri.path_and_query().map_or("/", |pq| pq.as_str());
         let uri = Uri::builder()
             .scheme(Scheme::HTTP)
             .authority(self.authority.clone())
             .path_and_query(target)
             .build()
             .map_err(|e| unforwardable(format!("invalid request target {target:?}: {e}")))?;
-        let mut out = hyper::Request::new(prepared.body().clone());
-        *out.method_mut() = prepared.method().clone();
+        let mut out = hyper::Request::new(outgoing.lend()?);
+        *out.method_mut() = outgoing.head.method.clone();
         *out.uri_mut() = uri;
-        *out.headers_mut() = prepared.headers().clone();
+        *out.headers_mut() = outgoing.head.headers.clone();
         Ok(out)
     }
 
-    /// Sends a [`prepare`]d request to this upstream before `deadline`.
+    /// Sends an [`Outgoing`] request to this upstream; the response head must
+    /// arrive before `deadline`, and its body streams until then.
     ///
     /// `Err(InvokeError::Unavailable)` means no connection could be made, so
-    /// nothing was sent and another upstream may be tried.
-    pub(crate) async fn send(&self, prepared: &hyper::Request<Full<Bytes>>, deadline: Instant) -> Result<Response, InvokeError> {
+    /// nothing was sent, the body is still in `outgoing`, and another upstream may be tried.
+    pub(crate) async fn send(&self, outgoing: &Outgoing, deadline: Instant) -> Result<http::Response<Body>, InvokeError> {
         let _in_flight = InFlight::enter(&self.in_flight);
-        let req = self.addressed(prepared)?;
+        let req = self.addressed(outgoing)?;
+        let head = req.method() == Method::HEAD;
         // Dropping the exchange at the deadline closes its connection, so a late
         // answer never reaches a pooled connection's next request.
-        tokio::time::timeout_at(deadline, self.exchange(req)).await.unwrap_or(Err(InvokeError::Timeout))
-    }
-
-    /// Sends `req` and reads the whole, bounded response.
-    async fn exchange(&self, req: hyper::Request<Full<Bytes>>) -> Result<Response, InvokeError> {
-        let head = req.method() == Method::HEAD;
-        let resp = self.client.request(req).await.map_err(|e| self.send_error(&e))?;
-        let (parts, body) = resp.into_parts();
+        let resp = match tokio::time::timeout_at(deadline, self.client.request(req)).await {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(e)) => return Err(self.send_error(&e)),
+            // Still reading the client's body at the deadline: the client was too slow, not the upstream.
+            Err(_) if outgoing.body_unfinished() => return Err(InvokeError::RequestTimeout),
+            Err(_) => return Err(InvokeError::Timeout),
+        };
+        let (mut parts, incoming) = resp.into_parts();
         let max = self.max_response_body;
         // A HEAD, 204 or 304 answer's Content-Length describes a body that is not sent.
         let bodiless = head || matches!(parts.status.as_u16(), 204 | 304);
@@ -166,32 +167,19 @@ impl HttpBackend {
         if let Some(len) = declared.filter(|len| *len > max && !bodiless) {
             return Err(response_too_large(len, max));
         }
-        let limit = usize::try_from(max).unwrap_or(usize::MAX);
-        let body = match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            // Streamed without a length: all that is known is that it passed the limit.
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return Err(response_too_large(max.saturating_add(1), max));
-            }
-            Err(e) => {
-                return Err(InvokeError::FiberFailed(format!(
-                    "reading the response body from upstream {} failed: {}",
-                    self.upstream,
-                    causes(e.as_ref())
-                )));
-            }
-        };
-        let mut headers = parts.headers;
-        strip_hop_by_hop(&mut headers);
-        let headers =
-            headers.iter().map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() }).collect();
-        Ok(Response { status: parts.status.as_u16(), headers, body: body.to_vec() })
+        strip_hop_by_hop(&mut parts.headers);
+        Ok(http::Response::from_parts(parts, body::bounded(body::boxed(incoming), max, deadline)))
     }
 
-    /// Classifies a failed exchange: no connection (nothing sent) is retryable, the rest is not.
+    /// Classifies a failed exchange: no connection (nothing sent) is retryable;
+    /// a client body past its limit or deadline is the client's; the rest is the upstream's.
     fn send_error(&self, err: &hyper_util::client::legacy::Error) -> InvokeError {
         if err.is_connect() {
             InvokeError::Unavailable(format!("could not connect to upstream {}: {}", self.upstream, causes(err)))
+        } else if caused_by::<TooLarge>(err) {
+            InvokeError::RequestTooLarge { size: self.max_request_body.saturating_add(1), max: self.max_request_body }
+        } else if caused_by::<DeadlinePassed>(err) {
+            InvokeError::RequestTimeout
         } else {
             InvokeError::FiberFailed(format!("upstream {} failed: {}", self.upstream, causes(err)))
         }
@@ -199,14 +187,10 @@ impl HttpBackend {
 }
 
 impl Backend for HttpBackend {
-    fn invoke(&self, req: Request, deadline: Instant) -> BoxFuture<'_, Result<Response, InvokeError>> {
+    fn invoke(&self, req: http::Request<Body>, deadline: Instant) -> BoxFuture<'_, Result<http::Response<Body>, InvokeError>> {
         Box::pin(async move {
-            let size = req.body.len() as u64;
-            if size > self.max_request_body {
-                return Err(InvokeError::RequestTooLarge { size, max: self.max_request_body });
-            }
-            let req = prepare(req)?;
-            self.send(&req, deadline).await
+            let outgoing = Outgoing::new(req, self.max_request_body)?;
+            self.send(&outgoing, deadline).await
         })
     }
 
@@ -222,30 +206,110 @@ impl Backend for HttpBackend {
     }
 }
 
-/// Builds the upstream request from a guest-shaped one: same method, path and
-/// query (origin form; [`HttpBackend::send`] adds the upstream's address),
-/// headers minus hop-by-hop ones.
-pub(crate) fn prepare(req: Request) -> Result<hyper::Request<Full<Bytes>>, InvokeError> {
-    let method = Method::from_bytes(req.method.as_bytes()).map_err(|_| unforwardable(format!("invalid method {:?}", req.method)))?;
-    if !req.uri.starts_with('/') {
-        return Err(unforwardable(format!("request target {:?} is not a path", req.uri)));
+/// A request on its way upstream: the head as forwarded (hop-by-hop fields
+/// removed, the host kept as `Host`), and the body, which stays here until a
+/// connection reads it, so a refused connection leaves it for the next upstream.
+pub(crate) struct Outgoing {
+    head: http::request::Parts,
+    body: Arc<Mutex<Option<Body>>>,
+    /// Set once an attempt has read the body to its end.
+    finished: Arc<AtomicBool>,
+}
+
+impl Outgoing {
+    /// Prepares `req`; a declared body over `max_body` bytes is refused here.
+    pub(crate) fn new(req: http::Request<Body>, max_body: u64) -> Result<Self, InvokeError> {
+        let (mut head, body) = req.into_parts();
+        let declared = head.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(size) = declared.filter(|len| *len > max_body) {
+            return Err(InvokeError::RequestTooLarge { size, max: max_body });
+        }
+        if head.uri.path_and_query().is_none_or(|pq| !pq.as_str().starts_with('/')) {
+            return Err(unforwardable(format!("request target {:?} is not a path", head.uri)));
+        }
+        // HTTP/2 carries the host as :authority; the upstream sees it as Host either way.
+        if !head.headers.contains_key(HOST)
+            && let Some(value) = head.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            head.headers.insert(HOST, value);
+        }
+        strip_hop_by_hop(&mut head.headers);
+        // The client recomputes the length from the body, and nothing waits for `100 Continue`.
+        head.headers.remove(CONTENT_LENGTH);
+        head.headers.remove(http::header::EXPECT);
+        head.version = http::Version::HTTP_11;
+        Ok(Outgoing { head, body: Arc::new(Mutex::new(Some(body))), finished: Arc::new(AtomicBool::new(false)) })
     }
-    let uri = Uri::try_from(req.uri.as_str()).map_err(|e| unforwardable(format!("invalid request target {:?}: {e}", req.uri)))?;
-    let mut headers = HeaderMap::with_capacity(req.headers.len());
-    for h in req.headers {
-        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| unforwardable(format!("invalid header name {:?}", h.name)))?;
-        let value = HeaderValue::from_bytes(&h.value).map_err(|_| unforwardable(format!("invalid value of header {name}")))?;
-        headers.append(name, value);
+
+    /// Sets `name` to `value`, replacing what the client sent.
+    pub(crate) fn set_header(&mut self, name: HeaderName, value: HeaderValue) {
+        self.head.headers.insert(name, value);
     }
-    strip_hop_by_hop(&mut headers);
-    // The body is whole: the length is recomputed, and nothing waits for `100 Continue`.
-    headers.remove(CONTENT_LENGTH);
-    headers.remove(http::header::EXPECT);
-    let mut out = hyper::Request::new(Full::new(Bytes::from(req.body)));
-    *out.method_mut() = method;
-    *out.uri_mut() = uri;
-    *out.headers_mut() = headers;
-    Ok(out)
+
+    /// A body for one attempt; fails when an earlier attempt already read it.
+    fn lend(&self) -> Result<Lent, InvokeError> {
+        let present = self.body.lock().map(|b| b.is_some()).unwrap_or(false);
+        if !present {
+            return Err(InvokeError::FiberFailed("the request body was already sent to another upstream".into()));
+        }
+        Ok(Lent { slot: Arc::clone(&self.body), body: None, finished: Arc::clone(&self.finished) })
+    }
+
+    /// An attempt has started reading the body and not reached its end.
+    fn body_unfinished(&self) -> bool {
+        let taken = self.body.lock().map(|b| b.is_none()).unwrap_or(false);
+        taken && !self.finished.load(Ordering::Acquire)
+    }
+}
+
+/// The body of one attempt: takes the request's body from its [`Outgoing`] on first read.
+pub(crate) struct Lent {
+    slot: Arc<Mutex<Option<Body>>>,
+    body: Option<Body>,
+    finished: Arc<AtomicBool>,
+}
+
+impl Lent {
+    fn with_body<T>(&self, f: impl FnOnce(&Body) -> T, otherwise: T) -> T {
+        match &self.body {
+            Some(body) => f(body),
+            None => match self.slot.lock() {
+                Ok(slot) => slot.as_ref().map_or(otherwise, f),
+                Err(_) => otherwise,
+            },
+        }
+    }
+}
+
+impl HttpBody for Lent {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        if self.body.is_none() {
+            let taken = self.slot.lock().ok().and_then(|mut slot| slot.take());
+            match taken {
+                Some(body) => self.body = Some(body),
+                None => return Poll::Ready(Some(Err("the request body was taken by another attempt".into()))),
+            }
+        }
+        let polled = match self.body.as_mut() {
+            Some(body) => Pin::new(body).poll_frame(cx),
+            None => Poll::Ready(None),
+        };
+        if matches!(polled, Poll::Ready(None)) {
+            self.finished.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.with_body(HttpBody::is_end_stream, false)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.with_body(HttpBody::size_hint, SizeHint::default())
+    }
 }
 
 /// Counts one request in flight until dropped (also when the caller abandons it).
@@ -335,30 +399,34 @@ mod tests {
         assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
     }
 
-    #[test]
-    fn requests_keep_method_target_and_headers() {
+    #[tokio::test]
+    async fn requests_keep_method_target_and_headers_and_an_unread_body_stays_for_the_next_attempt() {
         let backend = HttpBackend::new(SocketAddr::from(([127, 0, 0, 1], 8080)), 1024, HttpLimits::default());
-        let req = Request {
-            method: "PATCH".into(),
-            uri: "/a/b?c=d".into(),
-            headers: vec![
-                Header { name: "Host".into(), value: b"hello.default.example.com".to_vec() },
-                Header { name: "X-Multi".into(), value: b"1".to_vec() },
-                Header { name: "X-Multi".into(), value: b"2".to_vec() },
-                Header { name: "Content-Length".into(), value: b"3".to_vec() },
-                Header { name: "Upgrade".into(), value: b"websocket".to_vec() },
-            ],
-            body: b"abc".to_vec(),
-            ..Request::default()
-        };
-        let out = backend.upstream_request(req).expect("forwardable");
-        assert_eq!(out.method(), Method::PATCH);
-        assert_eq!(out.uri(), "http://127.0.0.1:8080/a/b?c=d");
-        assert_eq!(out.headers().get("host").map(|v| v.as_bytes()), Some(b"hello.default.example.com".as_slice()));
-        assert_eq!(out.headers().get_all("x-multi").iter().count(), 2);
-        assert!(!out.headers().contains_key("content-length") && !out.headers().contains_key("upgrade"));
+        let req = http::Request::builder()
+            .method("PATCH")
+            .uri("http://hello.default.example.com/a/b?c=d")
+            .version(http::Version::HTTP_2)
+            .header("X-Multi", "1")
+            .header("X-Multi", "2")
+            .header("Content-Length", "3")
+            .header("Upgrade", "websocket")
+            .body(body::full("abc"))
+            .expect("request");
+        let outgoing = Outgoing::new(req, 1024).expect("forwardable");
+        let first = backend.addressed(&outgoing).expect("addressed");
+        assert_eq!(first.method(), Method::PATCH);
+        assert_eq!(first.uri(), "http://127.0.0.1:8080/a/b?c=d");
+        assert_eq!(first.headers().get("host").map(|v| v.as_bytes()), Some(b"hello.default.example.com".as_slice()));
+        assert_eq!(first.headers().get_all("x-multi").iter().count(), 2);
+        assert!(!first.headers().contains_key("content-length") && !first.headers().contains_key("upgrade"));
+        assert_eq!(first.body().size_hint().exact(), Some(3), "the length is known before the body is read");
+        drop(first);
+        use http_body_util::BodyExt;
+        let second = backend.addressed(&outgoing).expect("the unread body is still there");
+        assert_eq!(second.into_body().collect().await.expect("body").to_bytes(), "abc");
+        assert!(backend.addressed(&outgoing).is_err(), "a body read once cannot be sent again");
 
-        let bad = Request { method: "GET".into(), uri: "*".into(), ..Request::default() };
-        assert!(matches!(backend.upstream_request(bad), Err(InvokeError::FiberFailed(_))));
+        let too_big = http::Request::builder().header("content-length", "2000").body(body::empty()).expect("request");
+        assert_eq!(Outgoing::new(too_big, 1024).err().map(|e| e.http_status()), Some(413));
     }
 }

@@ -2,8 +2,10 @@
 //! outcome labels its metrics use.
 
 /// Every outcome a request can have, as labelled in `lampyr_fiber_requests_total`.
-pub const OUTCOMES: [&str; 11] = [
+pub const OUTCOMES: [&str; 13] = [
     "ok",
+    "bad_request",
+    "request_timeout",
     "bad_response",
     "timeout",
     "abandoned",
@@ -27,6 +29,12 @@ pub enum InvokeError {
         /// The limit.
         max: u64,
     },
+    /// The request body could not be read (the client broke it off or sent it malformed).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request body was still arriving when the request deadline passed.
+    #[error("the request body did not arrive before the request deadline")]
+    RequestTimeout,
     /// Every fiber is busy and the wait queue is full.
     #[error("overloaded: all fibers busy and {capacity} requests already waiting")]
     Overloaded {
@@ -48,6 +56,9 @@ pub enum InvokeError {
     /// The guest's output is not a valid response.
     #[error("the guest returned a malformed response: {0}")]
     BadResponse(lampyr_abi::DecodeError),
+    /// The answer is not valid HTTP (a status or header no server may send).
+    #[error("{0}")]
+    InvalidResponse(String),
     /// The fiber failed for another reason.
     #[error("the fiber failed: {0}")]
     FiberFailed(String),
@@ -64,9 +75,11 @@ impl InvokeError {
     pub fn http_status(&self) -> u16 {
         match self {
             InvokeError::RequestTooLarge { .. } => 413,
+            InvokeError::BadRequest(_) => 400,
+            InvokeError::RequestTimeout => 408,
             InvokeError::Overloaded { .. } | InvokeError::Unavailable(_) | InvokeError::NoCapacity(_) => 503,
             InvokeError::QueueTimeout | InvokeError::Timeout => 504,
-            InvokeError::Crashed(_) | InvokeError::BadResponse(_) | InvokeError::FiberFailed(_) => 502,
+            InvokeError::Crashed(_) | InvokeError::BadResponse(_) | InvokeError::InvalidResponse(_) | InvokeError::FiberFailed(_) => 502,
             // Nobody reads it; 499 is the conventional "client closed request" code.
             InvokeError::Abandoned => 499,
         }
@@ -76,12 +89,14 @@ impl InvokeError {
     pub fn outcome(&self) -> &'static str {
         match self {
             InvokeError::RequestTooLarge { .. } => "too_large",
+            InvokeError::BadRequest(_) => "bad_request",
+            InvokeError::RequestTimeout => "request_timeout",
             InvokeError::Overloaded { .. } => "overloaded",
             InvokeError::QueueTimeout => "queue_timeout",
             InvokeError::Timeout => "timeout",
             InvokeError::Abandoned => "abandoned",
             InvokeError::Crashed(_) => "crash",
-            InvokeError::BadResponse(_) => "bad_response",
+            InvokeError::BadResponse(_) | InvokeError::InvalidResponse(_) => "bad_response",
             InvokeError::FiberFailed(_) => "error",
             InvokeError::Unavailable(_) => "unavailable",
             InvokeError::NoCapacity(_) => "no_capacity",
@@ -105,6 +120,9 @@ mod tests {
     fn every_outcome_is_a_listed_label() {
         let errors = [
             InvokeError::RequestTooLarge { size: 2, max: 1 },
+            InvokeError::BadRequest(String::new()),
+            InvokeError::RequestTimeout,
+            InvokeError::InvalidResponse(String::new()),
             InvokeError::Overloaded { capacity: 1 },
             InvokeError::QueueTimeout,
             InvokeError::Timeout,
@@ -118,6 +136,11 @@ mod tests {
         for e in &errors {
             assert!(OUTCOMES.contains(&e.outcome()), "{e:?}'s outcome {} is not in OUTCOMES", e.outcome());
         }
-        assert_eq!(OUTCOMES.len(), errors.len() + 1, "OUTCOMES is every error's outcome and ok");
+        let mut named: Vec<&str> = errors.iter().map(InvokeError::outcome).chain(["ok"]).collect();
+        named.sort_unstable();
+        named.dedup();
+        let mut listed = OUTCOMES.to_vec();
+        listed.sort_unstable();
+        assert_eq!(listed, named, "OUTCOMES is every error's outcome and ok");
     }
 }

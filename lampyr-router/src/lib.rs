@@ -10,23 +10,28 @@
 //! links no hypervisor. See `docs/fiber-router.md`.
 
 pub mod backend;
+pub mod body;
 pub mod cluster;
 pub mod fiberd_backend;
 mod forwarded;
+pub mod guest;
 pub mod http_backend;
 pub mod invoke;
 pub mod kingress;
 pub mod metrics;
 pub mod peers;
+pub mod route;
 pub mod scaler;
 pub mod server;
 pub mod table;
 
 pub use backend::{Backend, BackendStats};
+pub use body::Body;
 pub use cluster::{ClusterConfig, ClusterRoutes};
 pub use fiberd_backend::{FiberdBackend, FiberdConfig, Instance};
 pub use http_backend::{HttpBackend, HttpLimits};
 pub use invoke::{InvokeError, OUTCOMES};
+pub use route::{RouteOptions, ServiceTraffic, TrafficRoute};
 pub use scaler::{Scaler, ScalerConfig};
 pub use server::{Exposure, Router, RouterConfig};
-pub use table::{HostRoute, PathRoute, RevisionEntry, RouteTable, ServiceRoute, SplitRoute};
+pub use table::{HostRoute, PathRoute, RevisionEntry, RouteTable, SplitRoute};

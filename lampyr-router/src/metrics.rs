@@ -19,7 +19,7 @@ fn latency() -> Histogram {
 pub struct RouterMetrics {
     /// Requests by namespace, Revision and status code.
     pub requests: Family<Labels, Counter>,
-    /// Time to the response, by namespace and Revision.
+    /// Time to the response head, by namespace, Revision and status code.
     pub duration: Family<Labels, Histogram, fn() -> Histogram>,
     /// Requests that found their Revision at zero fibers.
     pub cold_starts: Family<Labels, Counter>,
@@ -64,7 +64,7 @@ impl RouterMetrics {
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("lampyr_router");
         r.register("requests", "Requests by namespace, revision and status code", self.requests.clone());
-        r.register("request_duration_seconds", "Time to the response", self.duration.clone());
+        r.register("request_duration_seconds", "Time to the response head, by status code", self.duration.clone());
         r.register("cold_starts", "Requests that found their revision at zero fibers", self.cold_starts.clone());
         r.register("cold_start_duration_seconds", "Time to the response of cold-start requests", self.cold_start_seconds.clone());
         r.register("fibers_desired", "Fibers the scaler wants", self.fibers_desired.clone());
@@ -85,9 +85,7 @@ impl RouterMetrics {
 pub struct RevisionMetrics {
     namespace: String,
     revision: String,
-    codes: std::sync::Mutex<Vec<(u16, Counter)>>,
-    /// Time to the response.
-    pub duration: Histogram,
+    codes: std::sync::Mutex<Vec<(u16, Counter, Histogram)>>,
     /// Cold-start requests.
     pub cold_starts: Counter,
     /// Time to the response of cold-start requests.
@@ -102,22 +100,24 @@ impl RevisionMetrics {
             namespace: namespace.to_string(),
             revision: revision.to_string(),
             codes: std::sync::Mutex::new(Vec::new()),
-            duration: m.duration.get_or_create_owned(&labels),
             cold_starts: m.cold_starts.get_or_create_owned(&labels),
             cold_start_seconds: m.cold_start_seconds.get_or_create_owned(&labels),
         }
     }
 
-    /// Counts one answer with status `code`.
-    pub fn count(&self, m: &RouterMetrics, code: u16) {
+    /// Counts one answer with status `code` that took `seconds` to its head.
+    pub fn observe(&self, m: &RouterMetrics, code: u16, seconds: f64) {
         let Ok(mut codes) = self.codes.lock() else { return };
-        if let Some((_, c)) = codes.iter().find(|(k, _)| *k == code) {
-            c.inc();
+        if let Some((_, count, duration)) = codes.iter().find(|(k, _, _)| *k == code) {
+            count.inc();
+            duration.observe(seconds);
             return;
         }
-        let counter = m.requests.get_or_create_owned(&code_labels(&self.namespace, &self.revision, code));
-        counter.inc();
-        codes.push((code, counter));
+        let labels = code_labels(&self.namespace, &self.revision, code);
+        let (count, duration) = (m.requests.get_or_create_owned(&labels), m.duration.get_or_create_owned(&labels));
+        count.inc();
+        duration.observe(seconds);
+        codes.push((code, count, duration));
     }
 }
 
@@ -126,9 +126,17 @@ pub fn revision_labels(namespace: &str, revision: &str) -> Labels {
     vec![("namespace".into(), namespace.into()), ("revision".into(), revision.into())]
 }
 
-/// `namespace`, `revision` and `code` labels.
+/// `namespace`, `revision` and `code` labels; see [`code_label`].
 pub fn code_labels(namespace: &str, revision: &str, code: u16) -> Labels {
-    vec![("namespace".into(), namespace.into()), ("revision".into(), revision.into()), ("code".into(), code.to_string())]
+    vec![("namespace".into(), namespace.into()), ("revision".into(), revision.into()), ("code".into(), code_label(code))]
+}
+
+/// The `code` label of status `code`, from a bounded set: a status with a
+/// registered reason phrase (and 499) by number, any other by class (`"2xx"`),
+/// so a guest inventing statuses cannot grow the label set past about 70 values.
+pub fn code_label(code: u16) -> String {
+    let known = code == 499 || http::StatusCode::from_u16(code).ok().and_then(|s| s.canonical_reason()).is_some();
+    if known { code.to_string() } else { format!("{}xx", (code / 100).min(9)) }
 }
 
 /// Renders `registry` in the Prometheus/OpenMetrics text format.
@@ -137,4 +145,20 @@ pub fn render(registry: &Registry) -> String {
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_label_by_number_when_registered_and_by_class_otherwise() {
+        assert_eq!(code_label(200), "200");
+        assert_eq!(code_label(431), "431");
+        assert_eq!(code_label(499), "499");
+        assert_eq!(code_label(299), "2xx");
+        assert_eq!(code_label(999), "9xx");
+        let distinct: std::collections::BTreeSet<String> = (100..1000).map(code_label).collect();
+        assert!(distinct.len() < 80, "{} label values", distinct.len());
+    }
 }

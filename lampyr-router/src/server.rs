@@ -4,34 +4,37 @@
 //! A request is routed, in order, by:
 //! 1. its host, when a KIngress rule names it ([`RouteTable::host`]): the
 //!    first matching path, a split by percent, the path's and split's headers
-//!    added (and the host rewritten, if the path says so);
+//!    added (and the host rewritten, if the path says so). `ly run` programs
+//!    the same rules from its Services ([`crate::route`]);
 //! 2. its `Knative-Serving-Namespace` and `Knative-Serving-Revision` headers
 //!    (what Kourier's splits append), internal listeners only;
-//! 3. its host as `<service>.<namespace>.<domain>` (local mode);
-//! 4. otherwise the router's own endpoints: `/healthz`, and `/metrics` on
+//! 3. otherwise the router's own endpoints: `/healthz`, and `/metrics` on
 //!    internal listeners.
+//!
+//! Bodies stream both ways. Limits are enforced here, at the edge: headers
+//! over [`RouterConfig::max_header_bytes`] are answered `431`, a request body
+//! over the Revision's limit `413`, one still arriving at the deadline `408`,
+//! a backend that does not answer by then `504`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::InvokeError;
+use crate::body::{self, Body};
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use lampyr_abi::Header;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::metrics::{RevisionMetrics, RouterMetrics, revision_labels};
-use crate::table::{HostRoute, RevisionEntry, RouteTable, parse_host};
+use crate::table::{HostRoute, RevisionEntry, RouteTable};
 use lampyr_api::networking::IngressVisibility;
 
 /// Header naming the Revision on the cluster path (set by the KIngress split).
@@ -43,28 +46,29 @@ use crate::peers::{HASH_HEADER, PROBE_HEADER};
 /// Router settings.
 #[derive(Clone, Debug)]
 pub struct RouterConfig {
-    /// Domain of Host-routed requests: `<service>.<namespace>.<domain>`.
-    pub domain: String,
     /// How long in-flight requests may finish after shutdown starts.
     pub drain_timeout: Duration,
     /// Most open connections; more wait in the listen backlog.
     pub max_connections: usize,
     /// Longest wait for a request's headers.
     pub header_timeout: Duration,
+    /// Largest request head (each header's name and value, plus 4 bytes each, as
+    /// HPACK counts them); a larger one is answered `431`.
+    pub max_header_bytes: usize,
 }
 
 impl Default for RouterConfig {
     fn default() -> Self {
         RouterConfig {
-            domain: "localhost".into(),
             drain_timeout: Duration::from_secs(30),
             max_connections: 10_000,
             header_timeout: Duration::from_secs(30),
+            max_header_bytes: 64 * 1024,
         }
     }
 }
 
-type Resp = hyper::Response<Full<Bytes>>;
+type Resp = hyper::Response<Body>;
 
 /// What a listener serves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,7 +149,11 @@ impl Router {
         let graceful = GracefulShutdown::new();
         let limit = Arc::new(Semaphore::new(self.config.max_connections));
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.config.header_timeout);
+        // Heads far over the limit are refused (431) while they are read, before
+        // they are buffered; those just over it by the check in `handle_exposed`.
+        let max_buf = (2 * self.config.max_header_bytes).max(16 * 1024);
+        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.config.header_timeout).max_buf_size(max_buf);
+        builder.http2().max_header_list_size(u32::try_from(max_buf).unwrap_or(u32::MAX));
         tokio::pin!(shutdown);
         loop {
             let permit = tokio::select! {
@@ -194,6 +202,9 @@ impl Router {
 
     /// Answers one request arriving on a listener exposing `exposure`.
     pub async fn handle_exposed(&self, mut req: hyper::Request<Incoming>, peer: SocketAddr, exposure: Exposure) -> Resp {
+        if let Some(resp) = self.oversized_head(&req) {
+            return resp;
+        }
         let table = self.table.load_full();
         if let Some(hash) = probe_hash(req.headers()) {
             return self.probe_answer(&table, request_host(&req), hash);
@@ -204,6 +215,17 @@ impl Router {
         };
         crate::forwarded::add(req.headers_mut(), peer.ip().to_canonical(), "http");
         self.serve_revision(&entry, req).await
+    }
+
+    /// `431` when the request's head is over [`RouterConfig::max_header_bytes`].
+    fn oversized_head<B>(&self, req: &hyper::Request<B>) -> Option<Resp> {
+        let size: usize = req.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>()
+            + req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+        let max = self.config.max_header_bytes;
+        (size > max).then(|| {
+            self.metrics.unrouted.inc();
+            text(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, &format!("the request's headers take {size} bytes; the limit is {max}\n"))
+        })
     }
 
     /// A Knative network probe: `K-Network-Hash: override` asks for the hash of the KIngress
@@ -241,12 +263,7 @@ impl Router {
                 text(StatusCode::NOT_FOUND, &format!("revision {ns}/{rev} is not served here\n"))
             });
         }
-        let Some(route) = parse_host(&host, &self.config.domain).and_then(|(svc, ns)| table.service(ns, svc)) else {
-            return Err(self.own_endpoint(req.uri().path(), &host, exposure));
-        };
-        table.pick(route, fastrand::u32(0..100)).cloned().ok_or_else(|| {
-            text(StatusCode::SERVICE_UNAVAILABLE, &format!("service {}/{} has no ready revision\n", route.namespace, route.name))
-        })
+        Err(self.own_endpoint(req.uri().path(), &host, exposure))
     }
 
     /// Routes by a KIngress rule: path, split, headers, host rewrite. A path
@@ -308,8 +325,8 @@ impl Router {
             _ => {
                 self.metrics.unrouted.inc();
                 let expected = match exposure {
-                    Exposure::Internal => format!("a KIngress host or <service>.<namespace>.{}", self.config.domain),
-                    Exposure::Public => "a public KIngress host".to_string(),
+                    Exposure::Internal => "a host of a Service's route",
+                    Exposure::Public => "a public host of a Service's route",
                 };
                 text(StatusCode::NOT_FOUND, &format!("no service for host {host:?} (expected {expected})\n"))
             }
@@ -320,17 +337,20 @@ impl Router {
         let started = Instant::now();
         let deadline = started + entry.policy.request_deadline();
         let cold = entry.backend.is_cold();
-        let resp = match to_guest_request(req, entry.backend.max_request_body(), deadline).await {
-            Ok(guest_req) => match entry.backend.invoke(guest_req, deadline).await {
-                Ok(guest_resp) => from_guest_response(guest_resp),
+        let max = entry.backend.max_request_body();
+        let declared = req.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let resp = if let Some(size) = declared.filter(|len| *len > max) {
+            error_response(&InvokeError::RequestTooLarge { size, max })
+        } else {
+            let req = req.map(|incoming| body::bounded(body::boxed(incoming), max, deadline));
+            match entry.backend.invoke(req, deadline).await {
+                Ok(resp) => resp,
                 Err(e) => error_response(&e),
-            },
-            Err(resp) => resp,
+            }
         };
         let m = entry.metrics.get_or_init(|| RevisionMetrics::new(&self.metrics, &entry.namespace, &entry.name));
         let elapsed = started.elapsed().as_secs_f64();
-        m.count(&self.metrics, resp.status().as_u16());
-        m.duration.observe(elapsed);
+        m.observe(&self.metrics, resp.status().as_u16(), elapsed);
         if cold {
             m.cold_starts.inc();
             m.cold_start_seconds.observe(elapsed);
@@ -368,63 +388,6 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
 }
 
-async fn to_guest_request(req: hyper::Request<Incoming>, max_body: u64, deadline: Instant) -> Result<lampyr_abi::Request, Resp> {
-    let (parts, body) = req.into_parts();
-    let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
-    let declared = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > max_body) {
-        return Err(too_large(max_body));
-    }
-    let body = match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large(max_body)),
-        Ok(Err(e)) => return Err(text(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}\n"))),
-        Err(_) => return Err(text(StatusCode::GATEWAY_TIMEOUT, "the request body did not arrive before the deadline\n")),
-    };
-    let mut headers: Vec<Header> =
-        parts.headers.iter().map(|(name, value)| Header { name: name.as_str().to_string(), value: value.as_bytes().to_vec() }).collect();
-    // HTTP/2 carries the host as :authority; guests see it as Host either way.
-    if !parts.headers.contains_key(http::header::HOST)
-        && let Some(authority) = parts.uri.authority()
-    {
-        headers.insert(0, Header { name: "host".into(), value: authority.as_str().as_bytes().to_vec() });
-    }
-    let uri = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
-    let version = match parts.version {
-        http::Version::HTTP_10 => lampyr_abi::HttpVersion::Http10,
-        http::Version::HTTP_11 => lampyr_abi::HttpVersion::Http11,
-        http::Version::HTTP_2 => lampyr_abi::HttpVersion::Http2,
-        _ => lampyr_abi::HttpVersion::Unknown,
-    };
-    Ok(lampyr_abi::Request { method: parts.method.as_str().to_string(), uri, headers, body: body.to_vec(), version })
-}
-
-fn too_large(max: u64) -> Resp {
-    text(StatusCode::PAYLOAD_TOO_LARGE, &format!("request body exceeds this service's limit of {max} bytes\n"))
-}
-
-/// Hop-by-hop and framing headers the router sets itself.
-fn is_connection_header(name: &HeaderName) -> bool {
-    matches!(name.as_str(), "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "upgrade" | "te" | "trailer")
-}
-
-fn from_guest_response(resp: lampyr_abi::Response) -> Resp {
-    let Ok(status) = StatusCode::from_u16(resp.status) else {
-        return text(StatusCode::BAD_GATEWAY, &format!("the guest answered with invalid status {}\n", resp.status));
-    };
-    let mut out = hyper::Response::new(Full::new(Bytes::from(resp.body)));
-    *out.status_mut() = status;
-    for h in resp.headers {
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(&h.value)) else {
-            return text(StatusCode::BAD_GATEWAY, &format!("the guest answered with an invalid header {:?}\n", h.name));
-        };
-        if !is_connection_header(&name) {
-            out.headers_mut().append(name, value);
-        }
-    }
-    out
-}
-
 /// The single place an invocation failure becomes an HTTP answer.
 fn error_response(err: &InvokeError) -> Resp {
     let status = StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -435,10 +398,10 @@ fn error_response(err: &InvokeError) -> Resp {
     resp
 }
 
-fn text(status: StatusCode, body: &str) -> Resp {
-    let mut resp = hyper::Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+fn text(status: StatusCode, message: &str) -> Resp {
+    let mut resp = hyper::Response::new(body::full(message.to_string()));
     *resp.status_mut() = status;
-    if !body.is_empty() {
+    if !message.is_empty() {
         resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     }
     resp

@@ -25,9 +25,12 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use lampyr_api::conditions::KnativeStatus;
 use lampyr_api::keys::FIBER_INGRESS_CLASS;
 use lampyr_api::networking::Ingress;
+use lampyr_api::networking::IngressVisibility;
 use lampyr_api::policy::{FiberPolicy, TimeoutPolicy};
 use lampyr_api::{Home, HomeSpec, Revision, Route, Service};
-use lampyr_router::{ClusterConfig, ClusterRoutes, Exposure, Router, RouterConfig};
+use lampyr_router::kingress;
+use lampyr_router::route::{self, RouteOptions, ServiceTraffic, TrafficRoute};
+use lampyr_router::{ClusterConfig, ClusterRoutes, Exposure, RouteTable, Router, RouterConfig};
 use lampyr_testenv::{Cluster, Process, repo_root, workspace_binary};
 use prometheus_client::registry::Registry;
 use serde_json::json;
@@ -192,6 +195,18 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Marks Revision `name` Ready at its generation, playing the Revision reconciler.
+async fn mark_revision_ready(revisions: &Api<Revision>, name: &str) {
+    let generation = revisions.get(name).await.expect("Revision").metadata.generation.unwrap_or(1);
+    let now = "2026-01-01T00:00:00Z";
+    let ready = |t: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now });
+    let status = json!({ "status": {
+        "observedGeneration": generation,
+        "conditions": [ready("ContainerHealthy"), ready("Ready"), ready("ResourcesAvailable")],
+    }});
+    revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("Revision status");
 }
 
 // ---------------------------------------------------------------- routers
@@ -696,15 +711,8 @@ async fn a_knative_service_of_the_fiber_ingress_class_is_routed_end_to_end() {
         revision.is_some().then_some(()).ok_or_else(|| "not yet".to_string())
     })
     .await;
-    let generation = revisions.get("hello-00001").await.expect("Revision").metadata.generation.unwrap_or(1);
     create_home(&client, &ns, "hello-00001", policy(Duration::from_secs(60), false), &[("fiberd", up.addr, true)]).await;
-    let now = "2026-01-01T00:00:00Z";
-    let ready = |t: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now });
-    let status = json!({ "status": {
-        "observedGeneration": generation,
-        "conditions": [ready("ContainerHealthy"), ready("Ready"), ready("ResourcesAvailable")],
-    }});
-    revisions.patch_status("hello-00001", &PatchParams::default(), &Patch::Merge(&status)).await.expect("Revision status");
+    mark_revision_ready(&revisions, "hello-00001").await;
 
     let ingress = wait_ingress_ready(&client, &ns, "hello").await;
     let annotations = ingress.metadata.annotations.clone().unwrap_or_default();
@@ -727,4 +735,119 @@ async fn a_knative_service_of_the_fiber_ingress_class_is_routed_end_to_end() {
     // cluster-local, so upstream writes no ExternalIP rule and the public listener refuses it.
     let ans = by_host(&c, router.public, &host, "/from-the-route").await;
     assert_eq!(ans.status, 404, "{}", ans.text);
+}
+
+// ---------------------------------------------------------------- one routing implementation
+
+/// Where a request for `host` with `headers` goes: the host's visibility, and
+/// the matched path's splits as `(revision, percent, headers set)`.
+type Reach = (IngressVisibility, Vec<(String, u32, Vec<(String, String)>)>);
+
+fn reach(table: &RouteTable, host: &str, headers: &http::HeaderMap) -> Option<Reach> {
+    let route = table.host(host)?;
+    let path = route.route("/", headers)?;
+    let splits = path
+        .splits
+        .iter()
+        .map(|s| {
+            let mut set: Vec<(String, String)> = path
+                .append_headers
+                .iter()
+                .chain(&s.append_headers)
+                .map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or_default().to_string()))
+                .collect();
+            set.sort();
+            (s.service.clone(), s.percent, set)
+        })
+        .collect();
+    Some((route.visibility, splits))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_with_tags_reaches_the_same_revisions_through_upstreams_route_and_through_ly_runs() {
+    let (cluster, client) = cluster().await;
+    let ns = cluster.namespace("router-same").await;
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    let revisions = Api::<Revision>::namespaced(client.clone(), &ns);
+    let v1: Service = serde_json::from_value(json!({
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": { "name": "shop", "namespace": ns,
+                      "annotations": { "networking.knative.dev/ingress.class": FIBER_INGRESS_CLASS } },
+        "spec": { "template": { "spec": { "containers": [{ "image": ARTIFACT, "env": [{ "name": "TARGET", "value": "one" }] }] } } },
+    }))
+    .expect("a Service");
+    services.create(&PostParams::default(), &v1).await.expect("create Service");
+    let stamped = |name: &'static str| {
+        let revisions = revisions.clone();
+        async move {
+            eventually(&format!("Revision {name} is stamped"), || async {
+                revisions.get_opt(name).await.map_err(|e| e.to_string())?.map(|_| ()).ok_or_else(|| "not yet".to_string())
+            })
+            .await;
+        }
+    };
+    stamped("shop-00001").await;
+    mark_revision_ready(&revisions, "shop-00001").await;
+    let traffic = json!([
+        { "revisionName": "shop-00001", "percent": 80, "tag": "current" },
+        { "latestRevision": true, "percent": 20, "tag": "candidate" },
+        { "latestRevision": true, "percent": 0, "tag": "latest" },
+    ]);
+    let v2 = json!({ "spec": {
+        "template": { "spec": { "containers": [{ "image": ARTIFACT, "env": [{ "name": "TARGET", "value": "two" }] }] } },
+        "traffic": traffic,
+    }});
+    services.patch("shop", &PatchParams::default(), &Patch::Merge(&v2)).await.expect("update Service");
+    stamped("shop-00002").await;
+    mark_revision_ready(&revisions, "shop-00002").await;
+
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+    let programmed = |found: &Ingress| {
+        let hosts: Vec<&String> = found.spec.rules.iter().flat_map(|r| &r.hosts).collect();
+        let tagged = ["current", "candidate", "latest"].iter().all(|t| hosts.iter().any(|h| h.starts_with(&format!("{t}-shop."))));
+        tagged && found.spec.rules.iter().flat_map(|r| r.http.iter().flat_map(|h| &h.paths)).any(|p| p.splits.len() == 2)
+    };
+    eventually("upstream's Route programs the tagged traffic", || async {
+        let found = ingresses.get_opt("shop").await.map_err(|e| e.to_string())?.ok_or("no KIngress yet")?;
+        programmed(&found).then_some(()).ok_or_else(|| format!("{:#?}", found.spec))
+    })
+    .await;
+    // Nothing changes the Service after this: the KIngress is final.
+    let cluster_ingress = ingresses.get("shop").await.expect("the KIngress");
+    assert!(programmed(&cluster_ingress));
+
+    let mut from_cluster = RouteTable::default();
+    for (host, route) in kingress::routes(&cluster_ingress).expect("a valid KIngress") {
+        from_cluster.insert_host(&host, route);
+    }
+    // What `ly run` resolves from the same Service: tags as written, `latestRevision` as the newest Revision.
+    let target = |tag: &str, revision: &str, percent| TrafficRoute { tag: Some(tag.into()), revision: revision.into(), percent };
+    let local_traffic = ServiceTraffic {
+        namespace: ns.clone(),
+        name: "shop".into(),
+        targets: vec![target("current", "shop-00001", 80), target("candidate", "shop-00002", 20), target("latest", "shop-00002", 0)],
+        cluster_local: false,
+    };
+    // The environment's config-domain is upstream's default.
+    let options = RouteOptions { domain: "svc.cluster.local".into(), ..RouteOptions::default() };
+    let mut from_ly_run = RouteTable::default();
+    route::program(&mut from_ly_run, &local_traffic, &options).expect("a new host");
+
+    let hosts = |t: &RouteTable| t.hosts().map(|(h, _)| h.to_string()).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(hosts(&from_ly_run), hosts(&from_cluster), "the same hosts");
+    let mut tagged = http::HeaderMap::new();
+    tagged.insert("knative-serving-tag", http::HeaderValue::from_static("candidate"));
+    for host in hosts(&from_cluster) {
+        for headers in [http::HeaderMap::new(), tagged.clone()] {
+            let cluster_reach = reach(&from_cluster, &host, &headers);
+            assert!(cluster_reach.is_some(), "{host} reaches a Revision in the cluster");
+            assert_eq!(reach(&from_ly_run, &host, &headers), cluster_reach, "{host} with {headers:?}");
+        }
+    }
+    let reached = reach(&from_ly_run, &format!("candidate-shop.{ns}.svc.cluster.local"), &http::HeaderMap::new());
+    assert_eq!(
+        reached.map(|(_, splits)| splits.into_iter().map(|(rev, p, _)| (rev, p)).collect::<Vec<_>>()),
+        Some(vec![("shop-00002".to_string(), 100)])
+    );
 }

@@ -12,7 +12,8 @@ use lampyr_fiber::LocalBackend;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
-use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
+use lampyr_router::route::{self, RouteOptions, ServiceTraffic, TrafficRoute};
+use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig};
 use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -69,9 +70,9 @@ async fn serve(table: RouteTable) -> (Arc<Router>, SocketAddr) {
 
 /// Adds `entry` and a Service `service` that sends it all traffic.
 fn add_sole_revision(table: &mut RouteTable, service: &str, entry: RevisionEntry) {
-    let revision = entry.name.clone();
+    let traffic = ServiceTraffic::single("default", service, &entry.name);
     table.insert_revision(entry);
-    table.insert_service(ServiceRoute { namespace: "default".into(), name: service.into(), traffic: vec![(revision, 100)] });
+    route::program(table, &traffic, &RouteOptions::default()).expect("a new host");
 }
 
 /// Polls `cond` until it holds; fails naming `what` after `limit`.
@@ -103,11 +104,14 @@ async fn routes_by_host_and_headers_and_splits_traffic_90_10() {
             Rev { name, artifact: hello.clone(), env: vec![("TARGET", target)], policy: policy(4, Duration::from_secs(30)), queue: 64 };
         table.insert_revision(entry(rev, &metrics).await.0);
     }
-    table.insert_service(ServiceRoute {
+    let split = |revision: &str, percent| TrafficRoute { tag: None, revision: revision.into(), percent };
+    let traffic = ServiceTraffic {
         namespace: "default".into(),
         name: "hello".into(),
-        traffic: vec![("hello-00001".into(), 90), ("hello-00002".into(), 10)],
-    });
+        targets: vec![split("hello-00001", 90), split("hello-00002", 10)],
+        cluster_local: false,
+    };
+    route::program(&mut table, &traffic, &RouteOptions::default()).expect("a new host");
     let (_router, addr) = serve(table).await;
     let c = client();
 
@@ -153,6 +157,8 @@ async fn routes_by_host_and_headers_and_splits_traffic_90_10() {
         assert!(text.contains(name), "/metrics lacks {name}");
     }
     assert!(text.contains(r#"code="200""#) && text.contains(r#"revision="hello-00002""#));
+    let by_code = r#"lampyr_router_request_duration_seconds_count{namespace="default",revision="hello-00002",code="200"}"#;
+    assert!(text.contains(by_code), "latency is broken down by status code: {text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

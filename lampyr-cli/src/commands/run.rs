@@ -10,7 +10,8 @@ use lampyr_api::{Service, revision_name};
 use lampyr_fiber::LocalBackend;
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::runtime::{RevisionPoolError, revision_pool};
-use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig, ServiceRoute};
+use lampyr_router::route::{self, RouteOptions, ServiceTraffic, TrafficRoute};
+use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig};
 use prometheus_client::registry::Registry;
 
 use super::CliError;
@@ -42,9 +43,9 @@ fn read_services(manifest: &Path, ui: &Mutex<Ui>) -> Result<Vec<Service>, CliErr
     Ok(contents.services.into_iter().map(|d| d.service).collect())
 }
 
-/// A Service as served: its URL and Revisions.
+/// A Service as served: its traffic and its Revisions with their artifacts' digests.
 struct Served {
-    route: ServiceRoute,
+    traffic: ServiceTraffic,
     digests: Vec<(String, String)>,
 }
 
@@ -60,15 +61,16 @@ async fn serve(opts: RunOptions, sources: Vec<Source>, ui: Ui) -> Result<(), Cli
     let mut registry = Registry::default();
     let metrics = RuntimeMetrics::default();
     metrics.register(&mut registry);
-    let (table, served) = load_all(&sources, &metrics, &opts.scaler, &ui).await?;
-    let router = Router::new(RouterConfig { domain: opts.domain.clone(), ..RouterConfig::default() }, registry);
+    let options = RouteOptions { domain: opts.domain.clone(), ..RouteOptions::default() };
+    let (table, served) = load_all(&sources, &metrics, &opts.scaler, &options, &ui).await?;
+    let router = Router::new(RouterConfig::default(), registry);
     router.set_table(table);
     let listener =
         tokio::net::TcpListener::bind(opts.listen).await.map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", opts.listen)))?;
     let addr = listener.local_addr().map_err(|e| CliError::Usage(format!("listener address: {e}")))?;
     announce(&served, addr, &opts.domain, &ui);
     if opts.watch {
-        tokio::spawn(watch(sources, Arc::clone(&router), metrics, opts.scaler.clone(), Arc::clone(&ui)));
+        tokio::spawn(watch(sources, Arc::clone(&router), metrics, opts.scaler.clone(), options, Arc::clone(&ui)));
     }
     router.serve(listener, shutdown_signal()).await;
     with_ui(&ui, |ui| ui.step("stopped"));
@@ -84,11 +86,17 @@ fn with_ui(ui: &Mutex<Ui>, f: impl FnOnce(&mut Ui)) {
 fn announce(served: &[Served], addr: SocketAddr, domain: &str, ui: &Mutex<Ui>) {
     with_ui(ui, |ui| {
         for s in served {
-            let r = &s.route;
-            ui.line(format!("{}/{}: http://{}.{}.{}:{}", r.namespace, r.name, r.name, r.namespace, domain, addr.port()));
+            let t = &s.traffic;
+            let (ns, port) = (&t.namespace, addr.port());
+            ui.line(format!("{ns}/{}: http://{}.{ns}.{domain}:{port}", t.name, t.name));
             for (rev, digest) in &s.digests {
-                let percent = r.traffic.iter().find(|(n, _)| n == rev).map_or(0, |(_, p)| *p);
+                let percent: u32 = t.targets.iter().filter(|target| target.revision == *rev).map(|target| target.percent).sum();
                 ui.line(format!("  revision {rev} ({percent}%): {digest}"));
+            }
+            for target in &t.targets {
+                if let Some(tag) = &target.tag {
+                    ui.line(format!("  tag {tag} → {}: http://{tag}-{}.{ns}.{domain}:{port}", target.revision, t.name));
+                }
             }
         }
         ui.line(format!("ready: serving {} service(s) on http://{addr} (Ctrl-C to stop)", served.len()));
@@ -109,11 +117,13 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Builds the whole routing table from every source.
+/// Builds the whole routing table from every source: each Service's Revisions, then
+/// its hosts as Knative's Route would program them.
 async fn load_all(
     sources: &[Source],
     metrics: &RuntimeMetrics,
     scaler: &ScalerConfig,
+    options: &RouteOptions,
     ui: &Mutex<Ui>,
 ) -> Result<(RouteTable, Vec<Served>), CliError> {
     let mut table = RouteTable::default();
@@ -126,7 +136,7 @@ async fn load_all(
                 .name
                 .clone()
                 .ok_or_else(|| CliError::Usage(format!("{}: a Service without metadata.name", source.manifest.display())))?;
-            let existing = served.iter().position(|s| s.route.namespace == ns && s.route.name == name);
+            let existing = served.iter().position(|s| s.traffic.namespace == ns && s.traffic.name == name);
             let generation = existing.map_or(0, |i| served[i].digests.len()) + 1;
             let revision = service.spec.template.metadata.name.clone().unwrap_or_else(|| revision_name(&name, generation as i64));
             let (entry, digest) = load_revision(source, &service, &ns, &revision, metrics, scaler, ui).await?;
@@ -134,20 +144,22 @@ async fn load_all(
             let prior: Vec<(String, String)> = existing.map(|i| served.remove(i).digests).unwrap_or_default();
             let mut digests = prior;
             digests.push((revision.clone(), digest));
-            let traffic = traffic_of(&service, &digests, &source.manifest)?;
-            let route = ServiceRoute { namespace: ns, name, traffic };
-            table.insert_service(route.clone());
-            served.push(Served { route, digests });
+            let targets = traffic_of(&service, &digests, &source.manifest)?;
+            let cluster_local = ServiceTraffic::is_cluster_local(service.metadata.labels.as_ref());
+            served.push(Served { traffic: ServiceTraffic { namespace: ns, name, targets, cluster_local }, digests });
         }
+    }
+    for s in &served {
+        route::program(&mut table, &s.traffic, options).map_err(CliError::Usage)?;
     }
     Ok((table, served))
 }
 
-/// `spec.traffic` as `(revision, percent)`; by default 100 % to the latest.
-fn traffic_of(service: &Service, revisions: &[(String, String)], manifest: &Path) -> Result<Vec<(String, u32)>, CliError> {
+/// `spec.traffic` resolved to Revisions; by default 100 % to the latest.
+fn traffic_of(service: &Service, revisions: &[(String, String)], manifest: &Path) -> Result<Vec<TrafficRoute>, CliError> {
     let latest = revisions.last().map(|(r, _)| r.clone()).unwrap_or_default();
     let Some(targets) = service.spec.traffic.as_ref().filter(|t| !t.is_empty()) else {
-        return Ok(vec![(latest, 100)]);
+        return Ok(vec![TrafficRoute { tag: None, revision: latest, percent: 100 }]);
     };
     let mut traffic = Vec::new();
     for (i, t) in targets.iter().enumerate() {
@@ -165,9 +177,9 @@ fn traffic_of(service: &Service, revisions: &[(String, String)], manifest: &Path
             )));
         }
         let percent = u32::try_from(t.percent.unwrap_or(0)).unwrap_or(0);
-        traffic.push((rev, percent));
+        traffic.push(TrafficRoute { tag: t.tag.clone().filter(|tag| !tag.is_empty()), revision: rev, percent });
     }
-    let total: u32 = traffic.iter().map(|(_, p)| p).sum();
+    let total: u32 = traffic.iter().map(|t| t.percent).sum();
     if total != 100 {
         return Err(CliError::Usage(format!("{}: spec.traffic percentages sum to {total}, not 100", manifest.display())));
     }
@@ -212,7 +224,14 @@ async fn load_revision(
 }
 
 /// Polls the sources' files and swaps in a rebuilt table when one changes.
-async fn watch(sources: Vec<Source>, router: Arc<Router>, metrics: RuntimeMetrics, scaler: ScalerConfig, ui: Arc<Mutex<Ui>>) {
+async fn watch(
+    sources: Vec<Source>,
+    router: Arc<Router>,
+    metrics: RuntimeMetrics,
+    scaler: ScalerConfig,
+    options: RouteOptions,
+    ui: Arc<Mutex<Ui>>,
+) {
     let mut last = newest_change(&sources);
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -222,7 +241,7 @@ async fn watch(sources: Vec<Source>, router: Arc<Router>, metrics: RuntimeMetric
         }
         last = now;
         with_ui(&ui, |ui| ui.step("change detected: rebuilding"));
-        match load_all(&sources, &metrics, &scaler, &ui).await {
+        match load_all(&sources, &metrics, &scaler, &options, &ui).await {
             Ok((table, _)) => {
                 router.set_table(table);
                 with_ui(&ui, |ui| ui.step("swapped in the new revisions (requests in flight finish on the old ones)"));

@@ -46,11 +46,8 @@ pub struct ManifestContents {
 /// Where a PATH's manifest and guest crate are: a Service YAML, or a directory
 /// holding `service.yaml` (and perhaps a guest crate).
 pub fn source_of(path: &Path) -> Result<Source, CliError> {
-    let (manifest, dir) = if path.is_dir() {
-        (path.join("service.yaml"), path.to_path_buf())
-    } else {
-        (path.to_path_buf(), path.parent().map(Path::to_path_buf).unwrap_or_default())
-    };
+    let (manifest, dir) =
+        if path.is_dir() { (path.join("service.yaml"), path.to_path_buf()) } else { (path.to_path_buf(), directory_of(path)) };
     if !manifest.is_file() {
         return Err(CliError::Usage(format!(
             "{}: no such manifest (give a Service YAML or a directory with service.yaml)",
@@ -59,6 +56,14 @@ pub fn source_of(path: &Path) -> Result<Source, CliError> {
     }
     let guest = dir.join("Cargo.toml").is_file().then_some(dir);
     Ok(Source { manifest, guest })
+}
+
+/// The directory holding the file `path`: `.` for a bare file name (whose parent is the empty path).
+fn directory_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 /// Reads and parses every document of `manifest`; refuses a manifest without a Service.
@@ -147,4 +152,16 @@ fn build_dir(guest: &Path) -> Result<PathBuf, CliError> {
     let canonical = guest.canonicalize().unwrap_or_else(|_| guest.to_path_buf());
     let key = lampyr_artifact::layout::sha256_digest(canonical.display().to_string().as_bytes());
     Ok(root.join("run").join(&key["sha256:".len().."sha256:".len() + 16]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_file_name_is_in_the_current_directory() {
+        assert_eq!(directory_of(Path::new("service.yaml")), PathBuf::from("."));
+        assert_eq!(directory_of(Path::new("examples/hello/service.yaml")), PathBuf::from("examples/hello"));
+        assert_eq!(directory_of(Path::new("/service.yaml")), PathBuf::from("/"));
+    }
 }
