@@ -1,7 +1,6 @@
 //! Fibers serving requests: templates, fibers, pools, watchdogs.
 
 pub mod capacity;
-mod dispatch;
 pub mod fiber;
 pub mod host;
 pub mod pool;

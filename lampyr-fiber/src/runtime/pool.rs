@@ -12,7 +12,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
 use super::capacity::{CapacityAccount, CapacityExhausted};
-use super::dispatch::Dispatcher;
 use super::fiber::{CallOutcome, Disposition, Fiber};
 use super::template::Template;
 use super::watchdog::{CallState, KillReason, WatchdogGuard};
@@ -89,8 +88,6 @@ struct PoolInner {
     live: AtomicUsize,
     desired: AtomicUsize,
     metrics: PoolMetrics,
-    /// The pool's own fiber threads, one per fiber slot at most.
-    dispatcher: Arc<Dispatcher>,
 }
 
 /// Keeps the queued count and gauge right however the wait ends.
@@ -108,7 +105,6 @@ impl FiberPool {
     pub fn new(template: Template, config: PoolConfig, metrics: RuntimeMetrics) -> Self {
         let slots = Arc::new(Semaphore::new(config.max_fibers));
         let metrics = metrics.for_revision(&config.revision);
-        let dispatcher = Dispatcher::new(&config.revision, config.max_fibers);
         FiberPool {
             inner: Arc::new(PoolInner {
                 template,
@@ -120,7 +116,6 @@ impl FiberPool {
                 live: AtomicUsize::new(0),
                 desired: AtomicUsize::new(0),
                 metrics,
-                dispatcher,
             }),
         }
     }
@@ -168,11 +163,7 @@ impl FiberPool {
         let watchdog = WatchdogGuard::arm(Arc::clone(&state), deadline);
         let (tx, rx) = oneshot::channel();
         let inner = Arc::clone(&self.inner);
-        // The pool's own threads take the call without the blocking pool's round trip; the
-        // slot held bounds calls to its threads, so a call is only handed back if that breaks.
-        if let Err(job) = self.inner.dispatcher.submit(Box::new(move || inner.run_call(frame, &state, permit, tx))) {
-            tokio::task::spawn_blocking(job);
-        }
+        tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, tx));
         let result = rx.await;
         watchdog.disarm();
         let (outcome, guest_time) = result.map_err(|_| InvokeError::FiberFailed("the fiber thread ended without an answer".into()))?;
@@ -228,7 +219,7 @@ impl PoolInner {
         }
     }
 
-    /// Runs on a fiber thread: takes a fiber, calls it, answers, then recycles it.
+    /// Runs on a blocking thread: takes a fiber, calls it, answers, then recycles it.
     fn run_call(&self, frame: Vec<u8>, state: &CallState, permit: OwnedSemaphorePermit, answer: oneshot::Sender<(CallOutcome, Duration)>) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.gauge_update();
