@@ -27,6 +27,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Method, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -35,6 +36,10 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendStats, BoxFuture};
 use crate::body::{self, Body, BodyError, DeadlinePassed, TooLarge, caused_by};
+
+/// Responses of at most this many bytes, declared by `Content-Length`, are read whole
+/// before they are answered; longer or undeclared ones stream.
+pub const BUFFERED_RESPONSE: u64 = 64 * 1024;
 
 /// Limits and pool settings of an [`HttpBackend`].
 #[derive(Clone, Debug)]
@@ -168,7 +173,19 @@ impl HttpBackend {
             return Err(response_too_large(len, max));
         }
         strip_hop_by_hop(&mut parts.headers);
+        if bodiless || declared.is_some_and(|len| len <= BUFFERED_RESPONSE) {
+            // A small answer of known length is read whole (as nginx buffers): the client
+            // gets head and body in one write, and the upstream connection is free at once.
+            let whole = tokio::time::timeout_at(deadline, incoming.collect()).await.map_err(|_| InvokeError::Timeout)?;
+            let whole = whole.map_err(|e| self.body_error(&e))?.to_bytes();
+            return Ok(http::Response::from_parts(parts, body::full(whole)));
+        }
         Ok(http::Response::from_parts(parts, body::bounded(body::boxed(incoming), max, deadline)))
+    }
+
+    /// An upstream response body that broke off.
+    fn body_error(&self, err: &hyper::Error) -> InvokeError {
+        InvokeError::FiberFailed(format!("reading the response body from upstream {} failed: {}", self.upstream, causes(err)))
     }
 
     /// Classifies a failed exchange: no connection (nothing sent) is retryable;
