@@ -14,11 +14,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_router::InvokeError;
-use lampyr_router::route::{self, RouteOptions, ServiceTraffic};
-use lampyr_router::{Backend, HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig};
-use prometheus_client::registry::Registry;
+use lampyr_router::{Backend, HttpBackend, HttpLimits, RouteTable};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
+
+mod support;
 
 const HOST: &str = "up.default.localhost";
 
@@ -100,14 +100,8 @@ fn limits() -> HttpLimits {
 /// A router serving `up.default.localhost` from `backend`.
 async fn router(backend: Arc<HttpBackend>, timeout: Duration) -> SocketAddr {
     let mut table = RouteTable::default();
-    table.insert_revision(RevisionEntry::new("default", "up-00001", policy(timeout), backend));
-    route::program(&mut table, &ServiceTraffic::single("default", "up", "up-00001"), &RouteOptions::default()).expect("a new host");
-    let router = Router::new(RouterConfig::default(), Registry::default());
-    router.set_table(table);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(router.serve(listener, std::future::pending()));
-    addr
+    support::add_sole_revision(&mut table, "up", "up-00001", policy(timeout), backend);
+    support::serve(table).await.1
 }
 
 fn client() -> reqwest::Client {

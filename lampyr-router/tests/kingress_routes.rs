@@ -15,11 +15,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use lampyr_api::networking::IngressVisibility;
 use lampyr_api::policy::{FiberPolicy, TimeoutPolicy};
-use lampyr_router::{
-    FiberdBackend, FiberdConfig, HostRoute, Instance, PathRoute, RevisionEntry, RouteTable, Router, RouterConfig, SplitRoute,
-};
-use prometheus_client::registry::Registry;
+use lampyr_router::{FiberdBackend, FiberdConfig, HostRoute, Instance, PathRoute, RevisionEntry, RouteTable, SplitRoute};
 use tokio::net::TcpListener;
+
+mod support;
 
 /// Answers `<name> host=<Host> rev=<Knative-Serving-Revision> tag=<Knative-Serving-Tag> path=<path>`.
 async fn upstream(name: &'static str) -> SocketAddr {
@@ -69,12 +68,7 @@ fn host(ingress: &str, visibility: IngressVisibility, paths: Vec<PathRoute>) -> 
 }
 
 async fn serve(table: RouteTable) -> SocketAddr {
-    let router = Router::new(RouterConfig::default(), Registry::default());
-    router.set_table(table);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(router.serve(listener, std::future::pending()));
-    addr
+    support::serve(table).await.1
 }
 
 async fn revision(router_metrics: &lampyr_router::metrics::RouterMetrics, name: &'static str) -> RevisionEntry {

@@ -18,6 +18,9 @@ use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+mod support;
+use support::serve;
+
 fn artifact(elf: std::path::PathBuf, dir: &tempfile::TempDir, name: &str) -> VerifiedArtifact {
     require_kvm();
     let layout = dir.path().join(name);
@@ -57,15 +60,6 @@ async fn entry(rev: Rev, metrics: &RuntimeMetrics) -> (RevisionEntry, Arc<LocalB
     let backend = LocalBackend::start(pool, rev.policy.scaling.clone(), fast_scaler()).await.expect("backend");
     let entry = RevisionEntry::new("default", rev.name, rev.policy, backend.clone());
     (entry, backend)
-}
-
-async fn serve(table: RouteTable) -> (Arc<Router>, SocketAddr) {
-    let router = Router::new(RouterConfig::default(), Registry::default());
-    router.set_table(table);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(Arc::clone(&router).serve(listener, std::future::pending()));
-    (router, addr)
 }
 
 /// Adds `entry` and a Service `service` that sends it all traffic.

@@ -16,10 +16,10 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use lampyr_api::policy::{FiberPolicy, TimeoutPolicy};
-use lampyr_router::route::{self, RouteOptions, ServiceTraffic};
-use lampyr_router::{HttpBackend, HttpLimits, RevisionEntry, RouteTable, Router, RouterConfig};
-use prometheus_client::registry::Registry;
+use lampyr_router::{HttpBackend, HttpLimits, RouteTable};
 use tokio::net::{TcpListener, TcpStream};
+
+mod support;
 use tokio::sync::Notify;
 
 const HOST: &str = "up.default.localhost";
@@ -95,14 +95,8 @@ async fn router(up: SocketAddr, max_body: u64, timeout: Duration) -> SocketAddr 
     let backend = Arc::new(HttpBackend::new(up, max_body, HttpLimits::default()));
     let policy = FiberPolicy { timeouts: TimeoutPolicy::uniform(timeout), ..FiberPolicy::default() };
     let mut table = RouteTable::default();
-    table.insert_revision(RevisionEntry::new("default", "up-00001", policy, backend));
-    route::program(&mut table, &ServiceTraffic::single("default", "up", "up-00001"), &RouteOptions::default()).expect("a new host");
-    let router = Router::new(RouterConfig::default(), Registry::default());
-    router.set_table(table);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(router.serve(listener, std::future::pending()));
-    addr
+    support::add_sole_revision(&mut table, "up", "up-00001", policy, backend);
+    support::serve(table).await.1
 }
 
 /// An HTTP/1.1 connection to `addr` whose request bodies the test writes chunk by chunk.
