@@ -123,12 +123,32 @@ pub fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui
         ui.step(format!("guest unchanged: reusing its snapshot {}", unchanged.digest));
         return Ok(unchanged);
     }
-    if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(|e| CliError::Usage(format!("removing the old snapshot {}: {e}", out.display())))?;
-    }
     ui.step(format!("snapshotting {}", elf.display()));
-    let built = build_artifact(&elf, &out, &opts)?;
-    Ok(lampyr_artifact::verify_layout(&out, Some(&built.digest))?)
+    build_into_place(&elf, &out, &opts)
+}
+
+/// Builds the artifact in a staging directory beside `out`, then moves it into place,
+/// so a `ly run` of the same crate running at the same time never reads a half-written
+/// layout: when another run has put an artifact of the same inputs there first, that is used.
+fn build_into_place(elf: &Path, out: &Path, opts: &BuildOptions) -> Result<VerifiedArtifact, CliError> {
+    let io = |what: &str, path: &Path, e: std::io::Error| CliError::Usage(format!("{what} {}: {e}", path.display()));
+    let parent = out.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| io("creating", parent, e))?;
+    let staging = tempfile::Builder::new().prefix(".building-").tempdir_in(parent).map_err(|e| io("staging in", parent, e))?;
+    let layout = staging.path().join("layout");
+    let built = build_artifact(elf, &layout, opts)?;
+    for _ in 0..3 {
+        if let Some(theirs) = reusable_artifact(elf, out, opts) {
+            return Ok(theirs);
+        }
+        if out.exists() {
+            std::fs::remove_dir_all(out).map_err(|e| io("removing the old snapshot", out, e))?;
+        }
+        if std::fs::rename(&layout, out).is_ok() {
+            return Ok(lampyr_artifact::verify_layout(out, Some(&built.digest))?);
+        }
+    }
+    Err(CliError::Usage(format!("could not put the snapshot in {}: other builds keep replacing it", out.display())))
 }
 
 /// Whether `reference` (an annotation's value) names a registry artifact rather than a layout.
