@@ -185,8 +185,12 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
         "jsonpath={.spec.template.spec.containers[0].args}",
     ]);
     assert!(text(&args).contains(&format!("--grant-image=registry.example.com/lampyr/fiberd@{DIGEST}")), "{}", text(&args));
-    let node_port = env.kubectl(&["get", "service/fiber-router", "-n", "lampyr-system", "-o", "jsonpath={.spec.ports[0].nodePort}"]);
-    assert_eq!(text(&node_port), "30080");
+    let node_ports = |service: &str| {
+        let ports = env.kubectl(&["get", service, "-n", "lampyr-system", "-o", "jsonpath={.spec.type} {.spec.ports[*].nodePort}"]);
+        text(&ports).trim().to_string()
+    };
+    assert_eq!(node_ports("service/fiber-router-public"), "NodePort 30080 30443", "the public edge: HTTP and HTTPS NodePorts");
+    assert_eq!(node_ports("service/fiber-router"), "ClusterIP", "the internal listener stays inside the cluster");
     let provider = env.kubectl(&["get", "configmap/lampyr-installation", "-n", "lampyr-system", "-o", "jsonpath={.data.provider}"]);
     assert_eq!(text(&provider), "", "no provider is recorded");
 

@@ -185,7 +185,7 @@ fn run_suite(bins: &Path, suite: &Suite, node: &Node, docker_repo: &str, log: &P
         command.arg(format!("-dockerrepo={docker_repo}")).arg("-disable-logstream");
     }
     command
-        .env("GATEWAY_OVERRIDE", "fiber-router")
+        .env("GATEWAY_OVERRIDE", "fiber-router-public")
         .env("GATEWAY_NAMESPACE_OVERRIDE", "lampyr-system")
         .env("SYSTEM_NAMESPACE", "knative-serving")
         .stdin(Stdio::null())
@@ -211,8 +211,9 @@ async fn knatives_conformance_suites_give_the_documented_results() {
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     let docker_repo = publish_guests(node, &ly).await;
     apply_test_resources(&ly);
-    let port = ly.kubectl(&["get", "service/fiber-router", "-n", "lampyr-system", "-o", "jsonpath={.spec.ports[?(@.port==80)].nodePort}"]);
-    assert_eq!(text(&port), "30080", "fiber-router's port 80 is the suites' ingress NodePort: {}", stderr(&port));
+    let port =
+        ly.kubectl(&["get", "service/fiber-router-public", "-n", "lampyr-system", "-o", "jsonpath={.spec.ports[?(@.port==80)].nodePort}"]);
+    assert_eq!(text(&port), "30080", "fiber-router-public's port 80 is the suites' ingress NodePort: {}", stderr(&port));
 
     let logs = Path::new(env!("CARGO_TARGET_TMPDIR")).join("conformance");
     std::fs::create_dir_all(&logs).expect("log directory");

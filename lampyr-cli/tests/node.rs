@@ -25,6 +25,8 @@ use support::{Ly, path, stderr, text};
 
 /// fiber-router's NodePort (the reference's default `ingress.httpNodePort`).
 const NODE_PORT: u16 = 30080;
+/// fiber-router's HTTPS NodePort (the reference's default `ingress.httpsNodePort`).
+const HTTPS_NODE_PORT: u16 = 30443;
 /// The domain the installation serves Services under.
 const DOMAIN: &str = "apps.example.org";
 
@@ -106,6 +108,65 @@ fn grant_fiberd(ly: &Ly<'_>, namespace: &str, revision: &str) -> (String, String
     (name, status["containerID"].as_str().unwrap_or_default().to_string(), status["restartCount"].as_i64().unwrap_or(0))
 }
 
+/// Through the HTTP NodePort: a cluster-local host, a Revision chosen by headers and `/metrics`
+/// are each answered 404.
+async fn public_edge_refuses_what_is_internal(serving: &NodeIngress<'_>) {
+    let client = lampyr_testenv::http_client().timeout(Duration::from_secs(30)).build().expect("client");
+    let base = format!("http://{}:{NODE_PORT}", serving.node.address());
+    let local = client.get(format!("{base}/")).header("host", "hello.default.svc.cluster.local").send().await.expect("response");
+    assert_eq!(local.status().as_u16(), 404, "a cluster-local host from outside: {:?}", local.text().await);
+    let picked = client
+        .get(format!("{base}/"))
+        .header("knative-serving-namespace", "default")
+        .header("knative-serving-revision", "hello-00001")
+        .send()
+        .await
+        .expect("response");
+    assert_eq!(picked.status().as_u16(), 404, "a Revision picked by headers from outside: {:?}", picked.text().await);
+    let metrics = client.get(format!("{base}/metrics")).send().await.expect("response");
+    assert_eq!(metrics.status().as_u16(), 404, "fiber-router's metrics from outside");
+}
+
+/// Maps `domain` to Service hello with a TLS Secret the test's CA issued; GETs it through
+/// the HTTPS NodePort, trusting only that CA.
+async fn serves_a_domain_mapping_over_https(ly: &Ly<'_>, serving: &NodeIngress<'_>, domain: &str) {
+    let ca = lampyr_testenv::tls::TestCa::new("node-test-ca").unwrap_or_else(|e| panic!("{e}"));
+    let certificate = ca.issue(&[domain]).unwrap_or_else(|e| panic!("{e}"));
+    let objects = [
+        certificate.secret("default", "secure-tls"),
+        json!({
+            "apiVersion": "networking.internal.knative.dev/v1alpha1", "kind": "ClusterDomainClaim",
+            "metadata": { "name": domain }, "spec": { "namespace": "default" },
+        }),
+        json!({
+            "apiVersion": "serving.knative.dev/v1beta1", "kind": "DomainMapping",
+            "metadata": { "name": domain, "namespace": "default" },
+            "spec": {
+                "ref": { "apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "hello" },
+                "tls": { "secretName": "secure-tls" },
+            },
+        }),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, object) in objects.iter().enumerate() {
+        let file = dir.path().join(format!("{i}.json"));
+        std::fs::write(&file, object.to_string()).expect("write");
+        let out = ly.kubectl(&["apply", "-f", path(&file)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let https = std::net::SocketAddr::from((serving.node.address(), HTTPS_NODE_PORT));
+    let body = serving
+        .poll(&format!("{domain} over HTTPS"), Duration::from_secs(1), async || {
+            let ans = lampyr_testenv::tls::https_get(https, domain, "/", ca.pem()).await.ok()?;
+            assert_eq!(ans.peer_certificate, certificate.der, "the Secret's certificate is presented");
+            (ans.status == 200).then_some(ans.body)
+        })
+        .await;
+    assert!(body.starts_with("Hello "), "hello answers over HTTPS: {body:?}");
+    let out = ly.kubectl(&["get", "domainmappings.serving.knative.dev", domain, "-n", "default", "-o", "jsonpath={.status.url}"]);
+    assert_eq!(text(&out), format!("https://{domain}"), "the DomainMapping's URL is HTTPS: {}", stderr(&out));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() {
     let node = Node::shared();
@@ -176,6 +237,12 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     for (body, count) in &split {
         assert!((12..=48).contains(count), "{body:?} answered {count} of 60 requests of a 50/50 split: {split:?}");
     }
+
+    // 5b. The public edge: from outside, cluster-local hosts, Revisions picked by Knative's
+    //     headers and the router's metrics are refused; a DomainMapping with a TLS Secret
+    //     answers over HTTPS on the HTTPS NodePort, its chain verified against the test's CA.
+    public_edge_refuses_what_is_internal(&serving).await;
+    serves_a_domain_mapping_over_https(&ly, &serving, &format!("secure.{DOMAIN}")).await;
 
     // 6. Scale to zero, then a cold request is answered.
     let revisions = ["hello-00001", "hello-00002"];

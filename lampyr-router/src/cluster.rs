@@ -11,6 +11,14 @@
 //!   hence `Ready`; both load balancers at the router's Service DNS name),
 //!   written through the `/status` subresource.
 //!
+//! - **TLS Secrets** (`type: kubernetes.io/tls`), when the router serves HTTPS
+//!   ([`ClusterConfig::tls`]): each KIngress `spec.tls` entry's Secret gives
+//!   the certificate its hosts are served with ([`crate::tls`]). A KIngress
+//!   whose Secret is missing or unusable is not programmed at all, and its
+//!   status says which Secret and why; it is programmed once the Secret is
+//!   fixed. A KIngress asking for TLS from a router without HTTPS is not
+//!   programmed either.
+//!
 //! Every change rebuilds the whole table from the watched state and swaps it
 //! in ([`Router::set_table`]); Revisions keep their backends (connection
 //! pools, waiting requests) across rebuilds. Because the state is listed
@@ -18,8 +26,8 @@
 //! having seen the changes it missed.
 //!
 //! The router's identity needs `get`, `list` and `watch` on `homes` and
-//! `ingresses.networking.internal.knative.dev`, and `patch` on
-//! `ingresses/status`.
+//! `ingresses.networking.internal.knative.dev`, `patch` on
+//! `ingresses/status`, and, to serve HTTPS, `list` and `watch` on `secrets`.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -27,8 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use lampyr_api::networking::Ingress;
@@ -38,7 +47,9 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::fiberd_backend::{FiberdBackend, FiberdConfig, Instance};
-use crate::kingress::{self, NotConfigured, REASON_HOST_CONFLICT};
+use crate::kingress::{
+    self, NotConfigured, REASON_HOST_CONFLICT, REASON_TLS_NOT_SERVED, REASON_TLS_SECRET_INVALID, REASON_TLS_SECRET_MISSING,
+};
 use crate::peers::Peers;
 use crate::server::Router;
 use crate::table::{RevisionEntry, RouteTable};
@@ -70,6 +81,9 @@ pub struct ClusterConfig {
     /// behind it routes the KIngress's current spec ([`crate::peers`]). `None`: this process
     /// is the only router (tests, a single replica).
     pub peers: Option<Peers>,
+    /// The router serves HTTPS: KIngress `spec.tls` Secrets are watched and their
+    /// certificates served. Without it, a KIngress asking for TLS is not programmed.
+    pub tls: bool,
 }
 
 impl ClusterConfig {
@@ -82,6 +96,7 @@ impl ClusterConfig {
             fixed_queue_capacity: false,
             retry: Duration::from_secs(5),
             peers: None,
+            tls: false,
         }
     }
 }
@@ -111,16 +126,23 @@ impl ClusterRoutes {
     /// Starts watching with `client` and programming `router`.
     pub fn start(router: Arc<Router>, client: Client, config: ClusterConfig) -> Self {
         let notify = Arc::new(Notify::new());
-        let (homes, home_task) = watch_all(Api::<Home>::all(client.clone()), Arc::clone(&notify), "Homes");
+        let every = watcher::Config::default;
+        let (homes, home_task) = watch_all(Api::<Home>::all(client.clone()), every(), Arc::clone(&notify), "Homes");
         let mut tasks = vec![home_task];
         let ingresses = config.ingress_class.as_ref().map(|_| {
-            let (store, task) = watch_all(Api::<Ingress>::all(client.clone()), Arc::clone(&notify), "KIngresses");
+            let (store, task) = watch_all(Api::<Ingress>::all(client.clone()), every(), Arc::clone(&notify), "KIngresses");
+            tasks.push(task);
+            store
+        });
+        let secrets = (config.ingress_class.is_some() && config.tls).then(|| {
+            let tls_only = every().fields(&format!("type={TLS_SECRET_TYPE}"));
+            let (store, task) = watch_all(Api::<Secret>::all(client.clone()), tls_only, Arc::clone(&notify), "TLS Secrets");
             tasks.push(task);
             store
         });
         let (synced_tx, synced) = watch::channel(false);
-        let reconciler = Reconciler { router, client, config, backends: HashMap::new() };
-        tasks.push(tokio::spawn(reconciler.run(homes, ingresses, notify, synced_tx)));
+        let reconciler = Reconciler { router, client, config, backends: HashMap::new(), certificates: HashMap::new() };
+        tasks.push(tokio::spawn(reconciler.run(Stores { homes, ingresses, secrets }, notify, synced_tx)));
         ClusterRoutes { tasks, synced }
     }
 
@@ -146,15 +168,16 @@ impl Drop for ClusterRoutes {
     }
 }
 
-/// Lists and watches every `K`, keeping a store and waking `notify` on each change.
-fn watch_all<K>(api: Api<K>, notify: Arc<Notify>, what: &'static str) -> (Store<K>, JoinHandle<()>)
+/// The type of the Secrets `spec.tls` may name.
+const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+
+/// Lists and watches every `K` that `config` selects, keeping a store and waking `notify` on each change.
+fn watch_all<K>(api: Api<K>, config: watcher::Config, notify: Arc<Notify>, what: &'static str) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    let events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .map_ok(|event| event.modify(|object| object.managed_fields_mut().clear()));
+    let events = watcher(api, config).default_backoff().map_ok(|event| event.modify(|object| object.managed_fields_mut().clear()));
     let stream = reflector::reflector(writer, events);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -168,26 +191,48 @@ where
     (reader, task)
 }
 
+/// What the router watches.
+struct Stores {
+    homes: Store<Home>,
+    ingresses: Option<Store<Ingress>>,
+    secrets: Option<Store<Secret>>,
+}
+
+impl Stores {
+    /// Waits until every store has listed once; `false` when a watch ended first.
+    async fn listed(&self) -> bool {
+        self.homes.wait_until_ready().await.is_ok()
+            && match &self.ingresses {
+                Some(store) => store.wait_until_ready().await.is_ok(),
+                None => true,
+            }
+            && match &self.secrets {
+                Some(store) => store.wait_until_ready().await.is_ok(),
+                None => true,
+            }
+    }
+}
+
+/// A TLS Secret's certificate, parsed at one `resourceVersion` (or why it cannot be served).
+type ParsedSecret = (Option<String>, Result<Arc<rustls::sign::CertifiedKey>, String>);
+
 struct Reconciler {
     router: Arc<Router>,
     client: Client,
     config: ClusterConfig,
     backends: HashMap<(String, String), Arc<FiberdBackend>>,
+    /// Secrets parsed before, by namespace and name: parsed again only when they change.
+    certificates: HashMap<(String, String), ParsedSecret>,
 }
 
 impl Reconciler {
-    async fn run(mut self, homes: Store<Home>, ingresses: Option<Store<Ingress>>, notify: Arc<Notify>, synced: watch::Sender<bool>) {
-        if homes.wait_until_ready().await.is_err() {
+    async fn run(mut self, stores: Stores, notify: Arc<Notify>, synced: watch::Sender<bool>) {
+        if !stores.listed().await {
             return;
         }
-        if let Some(store) = &ingresses
-            && store.wait_until_ready().await.is_err()
-        {
-            return;
-        }
-        tracing::info!("Homes and KIngresses listed; routing");
+        tracing::info!("Homes, KIngresses and Secrets listed; routing");
         loop {
-            let settled = self.reconcile(&homes, ingresses.as_ref()).await;
+            let settled = self.reconcile(&stores.homes, stores.ingresses.as_ref(), stores.secrets.as_ref()).await;
             synced.send_replace(true);
             let wait = match settled {
                 Settled::Yes => None,
@@ -206,7 +251,7 @@ impl Reconciler {
 
     /// Rebuilds the table from the stores and writes KIngress statuses; says whether
     /// something is left to retry.
-    async fn reconcile(&mut self, homes: &Store<Home>, ingresses: Option<&Store<Ingress>>) -> Settled {
+    async fn reconcile(&mut self, homes: &Store<Home>, ingresses: Option<&Store<Ingress>>, secrets: Option<&Store<Secret>>) -> Settled {
         let mut table = RouteTable::default();
         let mut homes = homes.state();
         homes.sort_by_key(|h| (h.namespace(), h.name_any()));
@@ -244,10 +289,15 @@ impl Reconciler {
             let mut ours: Vec<Arc<Ingress>> = store.state().into_iter().filter(|i| kingress::ingress_class(i) == Some(class)).collect();
             // The oldest KIngress keeps a host another one claims too.
             ours.sort_by_key(|i| (i.metadata.creation_timestamp.clone(), i.namespace(), i.name_any()));
+            let mut used = HashSet::new();
             for ingress in ours {
-                let outcome = kingress::routes(&ingress).and_then(|routes| program(&mut table, routes));
+                let outcome = kingress::routes(&ingress).and_then(|routes| {
+                    let certificates = self.certificates_of(&ingress, secrets, &mut used)?;
+                    program(&mut table, routes, certificates)
+                });
                 outcomes.push((ingress, outcome));
             }
+            self.certificates.retain(|key, _| used.contains(key));
         }
         self.router.set_table(table);
         let programmed = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
@@ -306,8 +356,77 @@ enum Settled {
     WaitingForPeers,
 }
 
-/// Adds every host of one KIngress, or none when another KIngress holds one of them.
-fn program(table: &mut RouteTable, routes: Vec<(String, Arc<crate::table::HostRoute>)>) -> Result<(), NotConfigured> {
+impl Reconciler {
+    /// The certificates `ingress`'s `spec.tls` asks for, by host, from the watched
+    /// Secrets (parsed once per `resourceVersion`); every Secret it names is added to `used`.
+    fn certificates_of(
+        &mut self,
+        ingress: &Ingress,
+        secrets: Option<&Store<Secret>>,
+        used: &mut HashSet<(String, String)>,
+    ) -> Result<Vec<(String, Arc<rustls::sign::CertifiedKey>)>, NotConfigured> {
+        if ingress.spec.tls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(secrets) = secrets else {
+            return Err(NotConfigured {
+                reason: REASON_TLS_NOT_SERVED,
+                message: "spec.tls asks for HTTPS, but this fiber-router serves no HTTPS listener (--listen-tls)".into(),
+            });
+        };
+        let mut out = Vec::new();
+        for (i, tls) in ingress.spec.tls.iter().enumerate() {
+            let namespace =
+                if tls.secret_namespace.is_empty() { ingress.namespace().unwrap_or_default() } else { tls.secret_namespace.clone() };
+            let key = (namespace.clone(), tls.secret_name.clone());
+            used.insert(key.clone());
+            let Some(secret) = secrets.get(&ObjectRef::new(&tls.secret_name).within(&namespace)) else {
+                self.certificates.remove(&key);
+                return Err(NotConfigured {
+                    reason: REASON_TLS_SECRET_MISSING,
+                    message: format!(
+                        "spec.tls[{i}]: Secret {namespace}/{} does not exist (or is not of type {TLS_SECRET_TYPE})",
+                        tls.secret_name
+                    ),
+                });
+            };
+            let version = secret.metadata.resource_version.clone();
+            let parsed = match self.certificates.get(&key) {
+                Some((seen, parsed)) if *seen == version && version.is_some() => parsed.clone(),
+                _ => {
+                    let parsed = parse_secret(&secret);
+                    self.certificates.insert(key, (version, parsed.clone()));
+                    parsed
+                }
+            };
+            let certificate = parsed.map_err(|why| NotConfigured {
+                reason: REASON_TLS_SECRET_INVALID,
+                message: format!("spec.tls[{i}]: Secret {namespace}/{}: {why}", tls.secret_name),
+            })?;
+            out.extend(tls.hosts.iter().map(|host| (host.clone(), Arc::clone(&certificate))));
+        }
+        Ok(out)
+    }
+}
+
+/// The certificate a TLS Secret holds.
+fn parse_secret(secret: &Secret) -> Result<Arc<rustls::sign::CertifiedKey>, String> {
+    let entry = |name: &'static str| {
+        secret.data.as_ref().and_then(|d| d.get(name)).map(|b| b.0.as_slice()).ok_or(crate::tls::CertificateError::MissingEntry(name))
+    };
+    let parsed = entry(crate::tls::CERTIFICATE_KEY)
+        .and_then(|crt| crate::tls::certified_key(crt, entry(crate::tls::PRIVATE_KEY_KEY)?))
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(parsed))
+}
+
+/// Adds every host and certificate of one KIngress, or none when another KIngress holds
+/// one of its hosts. A host whose certificate another KIngress set keeps that one.
+fn program(
+    table: &mut RouteTable,
+    routes: Vec<(String, Arc<crate::table::HostRoute>)>,
+    certificates: Vec<(String, Arc<rustls::sign::CertifiedKey>)>,
+) -> Result<(), NotConfigured> {
     if let Some((host, owner)) = routes.iter().find_map(|(h, _)| table.host(h).map(|r| (h, r.ingress.clone()))) {
         return Err(NotConfigured {
             reason: REASON_HOST_CONFLICT,
@@ -316,6 +435,11 @@ fn program(table: &mut RouteTable, routes: Vec<(String, Arc<crate::table::HostRo
     }
     for (host, route) in routes {
         table.insert_host(&host, route);
+    }
+    for (host, certificate) in certificates {
+        if !table.certificates_mut().insert(&host, certificate) {
+            tracing::warn!(%host, "another KIngress already set this host's certificate; it keeps it");
+        }
     }
     Ok(())
 }

@@ -15,7 +15,9 @@
 //!   (replacing what the client sent); `rewriteHost` replaces the Host;
 //! - `httpOption: Redirected` answers `ExternalIP` rules with a `301` to HTTPS.
 //!
-//! TLS (`spec.tls`) is not terminated here; see `docs/fiber-router.md`.
+//! TLS (`spec.tls`) is terminated on the router's HTTPS listener with the named
+//! Secrets' certificates ([`crate::cluster`], [`crate::tls`]); plain HTTP to a
+//! `Redirected` rule is sent there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +33,12 @@ use crate::table::{HostRoute, PathRoute, SplitRoute};
 pub const REASON_INVALID_SPEC: &str = "InvalidIngressSpec";
 /// `NetworkConfigured` False: a host is already served by another KIngress.
 pub const REASON_HOST_CONFLICT: &str = "HostConflict";
+/// `NetworkConfigured` False: `spec.tls` names a Secret that does not exist.
+pub const REASON_TLS_SECRET_MISSING: &str = "TLSSecretMissing";
+/// `NetworkConfigured` False: `spec.tls` names a Secret whose certificate cannot be served.
+pub const REASON_TLS_SECRET_INVALID: &str = "TLSSecretInvalid";
+/// `NetworkConfigured` False: `spec.tls` is set, and the router serves no HTTPS.
+pub const REASON_TLS_NOT_SERVED: &str = "TLSNotServed";
 
 /// The ingress class `ingress` asks for (`networking.knative.dev/ingress.class`
 /// or its older spelling), if any.

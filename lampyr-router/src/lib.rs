@@ -24,6 +24,7 @@ pub mod route;
 pub mod scaler;
 pub mod server;
 pub mod table;
+pub mod tls;
 
 pub use backend::{Backend, BackendStats};
 pub use body::Body;

@@ -8,8 +8,12 @@
 //!    the same rules from its Services ([`crate::route`]);
 //! 2. its `Knative-Serving-Namespace` and `Knative-Serving-Revision` headers
 //!    (what Kourier's splits append), internal listeners only;
-//! 3. otherwise the router's own endpoints: `/healthz`, and `/metrics` on
-//!    internal listeners.
+//! 3. otherwise the router's own endpoints: `/healthz` on every listener but
+//!    public ones, `/metrics` only on admin listeners (and on a listener that
+//!    serves everything, as `ly run`'s).
+//!
+//! Which of these a listener serves is its [`Exposure`]; HTTPS listeners are
+//! public and take their certificates from the table ([`crate::tls`]).
 //!
 //! Bodies stream both ways. Limits are enforced here, at the edge: headers
 //! over [`RouterConfig::max_header_bytes`] are answered `431`, a request body
@@ -73,19 +77,55 @@ type Resp = hyper::Response<Body>;
 /// What a listener serves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Exposure {
-    /// Everything: every KIngress rule, header-routed requests, Host-routed
-    /// Services, `/metrics`. For listeners only the cluster reaches.
+    /// Everything on one listener: every KIngress rule, header-routed requests,
+    /// `/healthz` and `/metrics`. For a router only its own host reaches
+    /// (`ly run`, fiberd).
     #[default]
+    All,
+    /// Traffic from inside the cluster: every KIngress rule (`ClusterLocal`
+    /// ones too), Revisions picked by the `Knative-Serving-*` headers, and
+    /// `/healthz`; no `/metrics`.
     Internal,
-    /// `ExternalIP` KIngress rules only (and `/healthz`): a client cannot pick a
-    /// Revision with headers or reach a `ClusterLocal` host.
+    /// `ExternalIP` KIngress rules only: a client can neither pick a Revision
+    /// with headers nor reach a `ClusterLocal` host, nor read the router's endpoints.
     Public,
+    /// The router's own endpoints only: `/healthz` and `/metrics`.
+    Admin,
 }
 
 impl Exposure {
+    /// Whether hosts of rules with `visibility` are served.
     fn serves(self, visibility: IngressVisibility) -> bool {
-        self == Exposure::Internal || visibility == IngressVisibility::ExternalIp
+        match self {
+            Exposure::All | Exposure::Internal => true,
+            Exposure::Public => visibility == IngressVisibility::ExternalIp,
+            Exposure::Admin => false,
+        }
     }
+
+    /// Whether a Revision may be picked by the `Knative-Serving-*` headers.
+    fn routes_by_headers(self) -> bool {
+        matches!(self, Exposure::All | Exposure::Internal)
+    }
+
+    /// Whether `/healthz` is answered.
+    fn serves_health(self) -> bool {
+        self != Exposure::Public
+    }
+
+    /// Whether `/metrics` is answered.
+    fn serves_metrics(self) -> bool {
+        matches!(self, Exposure::All | Exposure::Admin)
+    }
+}
+
+/// How one connection reached the router.
+#[derive(Clone, Copy, Debug)]
+struct Arrival {
+    peer: SocketAddr,
+    exposure: Exposure,
+    /// Over TLS: `https` in `Forwarded`, and no redirect to HTTPS.
+    secure: bool,
 }
 
 /// fiber-router: a routing table behind an HTTP server.
@@ -133,27 +173,44 @@ impl Router {
     }
 
     /// Serves connections from `listener` until `shutdown` resolves, then drains.
-    /// The listener is [`Exposure::Internal`].
+    /// The listener is [`Exposure::All`].
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl std::future::Future<Output = ()>) {
-        self.serve_exposed(listener, Exposure::Internal, shutdown).await;
+        self.serve_exposed(listener, Exposure::All, shutdown).await;
     }
 
-    /// Serves connections from `listener`, exposing what `exposure` says,
-    /// until `shutdown` resolves, then drains.
+    /// Serves plain-HTTP connections from `listener`, exposing what `exposure`
+    /// says, until `shutdown` resolves, then drains.
     pub async fn serve_exposed(
         self: Arc<Self>,
         listener: TcpListener,
         exposure: Exposure,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
+        self.serve_listener(listener, exposure, None, shutdown).await;
+    }
+
+    /// Serves HTTPS connections from `listener` as an [`Exposure::Public`]
+    /// listener with `tls` (from [`crate::tls::server_config`]: KIngress
+    /// `spec.tls` certificates chosen by SNI, HTTP/2 or HTTP/1.1 by ALPN).
+    pub async fn serve_tls(
+        self: Arc<Self>,
+        listener: TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        self.serve_listener(listener, Exposure::Public, Some(tokio_rustls::TlsAcceptor::from(tls)), shutdown).await;
+    }
+
+    async fn serve_listener(
+        self: Arc<Self>,
+        listener: TcpListener,
+        exposure: Exposure,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
         let graceful = GracefulShutdown::new();
         let limit = Arc::new(Semaphore::new(self.config.max_connections));
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // Heads far over the limit are refused (431) while they are read, before
-        // they are buffered; those just over it by the check in `handle_exposed`.
-        let max_buf = (2 * self.config.max_header_bytes).max(16 * 1024);
-        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.config.header_timeout).max_buf_size(max_buf);
-        builder.http2().max_header_list_size(u32::try_from(max_buf).unwrap_or(u32::MAX));
+        let builder = Arc::new(self.http_builder());
         tokio::pin!(shutdown);
         loop {
             let permit = tokio::select! {
@@ -175,15 +232,26 @@ impl Router {
                 },
                 () = &mut shutdown => break,
             };
+            let arrival = Arrival { peer, exposure, secure: tls.is_some() };
             let router = Arc::clone(&self);
             let service = hyper::service::service_fn(move |req| {
                 let router = Arc::clone(&router);
-                async move { Ok::<_, std::convert::Infallible>(router.handle_exposed(req, peer, exposure).await) }
+                async move { Ok::<_, std::convert::Infallible>(router.handle_arrival(req, arrival).await) }
             });
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-            let conn = graceful.watch(conn);
+            let (builder, watcher, tls) = (Arc::clone(&builder), graceful.watcher(), tls.clone());
+            let handshake_timeout = self.config.header_timeout;
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
+                let served = match tls {
+                    None => watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned()).await,
+                    Some(acceptor) => match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned()).await
+                        }
+                        Ok(Err(e)) => Err(format!("TLS handshake failed: {e}").into()),
+                        Err(_) => Err(format!("TLS handshake took longer than {handshake_timeout:?}").into()),
+                    },
+                };
+                if let Err(e) = served {
                     tracing::debug!(error = %e, %peer, "connection ended with an error");
                 }
                 drop(permit);
@@ -195,25 +263,41 @@ impl Router {
         }
     }
 
-    /// Answers one request arriving on an [`Exposure::Internal`] listener.
-    pub async fn handle(&self, req: hyper::Request<Incoming>, peer: SocketAddr) -> Resp {
-        self.handle_exposed(req, peer, Exposure::Internal).await
+    /// The HTTP/1.1 and HTTP/2 settings of every connection.
+    fn http_builder(&self) -> auto::Builder<TokioExecutor> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // Heads far over the limit are refused (431) while they are read, before
+        // they are buffered; those just over it by the check in `handle_arrival`.
+        let max_buf = (2 * self.config.max_header_bytes).max(16 * 1024);
+        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.config.header_timeout).max_buf_size(max_buf);
+        builder.http2().max_header_list_size(u32::try_from(max_buf).unwrap_or(u32::MAX));
+        builder
     }
 
-    /// Answers one request arriving on a listener exposing `exposure`.
-    pub async fn handle_exposed(&self, mut req: hyper::Request<Incoming>, peer: SocketAddr, exposure: Exposure) -> Resp {
+    /// Answers one request arriving on an [`Exposure::All`] listener.
+    pub async fn handle(&self, req: hyper::Request<Incoming>, peer: SocketAddr) -> Resp {
+        self.handle_exposed(req, peer, Exposure::All).await
+    }
+
+    /// Answers one request arriving on a plain-HTTP listener exposing `exposure`.
+    pub async fn handle_exposed(&self, req: hyper::Request<Incoming>, peer: SocketAddr, exposure: Exposure) -> Resp {
+        self.handle_arrival(req, Arrival { peer, exposure, secure: false }).await
+    }
+
+    async fn handle_arrival(&self, mut req: hyper::Request<Incoming>, arrival: Arrival) -> Resp {
         if let Some(resp) = self.oversized_head(&req) {
             return resp;
         }
         let table = self.table.load_full();
-        if let Some(hash) = probe_hash(req.headers()) {
+        if let Some(hash) = probe_hash(req.headers()).filter(|_| arrival.exposure != Exposure::Admin) {
             return self.probe_answer(&table, request_host(&req), hash);
         }
-        let entry = match self.resolve(&table, &mut req, exposure) {
+        let entry = match self.resolve(&table, &mut req, arrival) {
             Ok(entry) => entry,
             Err(resp) => return resp,
         };
-        crate::forwarded::add(req.headers_mut(), peer.ip().to_canonical(), "http");
+        let proto = if arrival.secure { "https" } else { "http" };
+        crate::forwarded::add(req.headers_mut(), arrival.peer.ip().to_canonical(), proto);
         self.serve_revision(&entry, req).await
     }
 
@@ -248,15 +332,16 @@ impl Router {
 
     // The error is the ready answer itself; it is built once per failed lookup.
     #[allow(clippy::result_large_err)]
-    fn resolve(&self, table: &RouteTable, req: &mut hyper::Request<Incoming>, exposure: Exposure) -> Result<Arc<RevisionEntry>, Resp> {
+    fn resolve(&self, table: &RouteTable, req: &mut hyper::Request<Incoming>, arrival: Arrival) -> Result<Arc<RevisionEntry>, Resp> {
+        let exposure = arrival.exposure;
         let host = request_host(req).to_string();
         if let Some(route) = table.host(&host).filter(|r| exposure.serves(r.visibility)) {
-            return self.route_ingress(table, route, req, true);
-        }
-        if exposure == Exposure::Public {
-            return Err(self.own_endpoint(req.uri().path(), &host, exposure));
+            return self.route_ingress(table, route, req, arrival.secure, true);
         }
         let headers = req.headers();
+        if !exposure.routes_by_headers() {
+            return Err(self.own_endpoint(req.uri().path(), &host, exposure));
+        }
         if let (Some(ns), Some(rev)) = (header_str(headers, NAMESPACE_HEADER), header_str(headers, REVISION_HEADER)) {
             return table.revision(ns, rev).cloned().ok_or_else(|| {
                 self.metrics.unrouted.inc();
@@ -275,13 +360,14 @@ impl Router {
         table: &RouteTable,
         route: &HostRoute,
         req: &mut hyper::Request<Incoming>,
+        secure: bool,
         may_rewrite: bool,
     ) -> Result<Arc<RevisionEntry>, Resp> {
         let Some(path) = route.route(req.uri().path(), req.headers()) else {
             self.metrics.unrouted.inc();
             return Err(text(StatusCode::NOT_FOUND, &format!("no path of KIngress {} matches this request\n", route.ingress)));
         };
-        if route.redirect_to_https {
+        if route.redirect_to_https && !secure {
             return Err(https_redirect(req));
         }
         let total = path.total_percent();
@@ -300,7 +386,7 @@ impl Router {
         }
         let rewritten = path.rewrite_host.as_ref().and_then(|h| h.to_str().ok()).and_then(|h| table.host(h));
         if let Some(next) = rewritten.filter(|_| may_rewrite) {
-            return self.route_ingress(table, next, req, false);
+            return self.route_ingress(table, next, req, secure, false);
         }
         let mut resp = text(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -313,8 +399,8 @@ impl Router {
     /// The router's own endpoints, reached by a Host that names no Service.
     fn own_endpoint(&self, path: &str, host: &str, exposure: Exposure) -> Resp {
         match path {
-            "/healthz" => text(StatusCode::OK, "ok\n"),
-            "/metrics" if exposure == Exposure::Internal => {
+            "/healthz" if exposure.serves_health() => text(StatusCode::OK, "ok\n"),
+            "/metrics" if exposure.serves_metrics() => {
                 let mut resp = text(StatusCode::OK, &self.render_metrics());
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,
@@ -325,8 +411,9 @@ impl Router {
             _ => {
                 self.metrics.unrouted.inc();
                 let expected = match exposure {
-                    Exposure::Internal => "a host of a Service's route",
+                    Exposure::All | Exposure::Internal => "a host of a Service's route",
                     Exposure::Public => "a public host of a Service's route",
+                    Exposure::Admin => "/healthz or /metrics: this listener serves no route",
                 };
                 text(StatusCode::NOT_FOUND, &format!("no service for host {host:?} (expected {expected})\n"))
             }

@@ -1,6 +1,7 @@
 //! The routing table: Revisions by namespace and name, hosts programmed from
 //! KIngresses (the cluster's, or those [`crate::route`] derives from a
-//! Service), and how a request picks its Revision.
+//! Service), the certificates served for them, and how a request picks its
+//! Revision.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -11,6 +12,7 @@ use lampyr_api::policy::FiberPolicy;
 
 use crate::backend::Backend;
 use crate::metrics::RevisionMetrics;
+use crate::tls::Certificates;
 
 /// One routable Revision.
 pub struct RevisionEntry {
@@ -119,6 +121,7 @@ pub struct SplitRoute {
 pub struct RouteTable {
     revisions: HashMap<(String, String), Arc<RevisionEntry>>,
     hosts: HashMap<String, Arc<HostRoute>>,
+    certificates: Certificates,
 }
 
 impl RouteTable {
@@ -161,6 +164,16 @@ impl RouteTable {
             None if host.bytes().any(|b| b.is_ascii_uppercase()) => self.hosts.get(&host.to_ascii_lowercase()),
             None => None,
         }
+    }
+
+    /// The certificates HTTPS listeners serve, by host.
+    pub fn certificates(&self) -> &Certificates {
+        &self.certificates
+    }
+
+    /// The certificates, to add to.
+    pub fn certificates_mut(&mut self) -> &mut Certificates {
+        &mut self.certificates
     }
 
     /// Every routed host with its route.

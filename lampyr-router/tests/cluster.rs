@@ -47,7 +47,7 @@ const ARTIFACT: &str = "localhost:5000/lampyr/hello@sha256:000000000000000000000
 // ---------------------------------------------------------------- upstreams
 
 /// An HTTP/1.1 and h2c server standing in for a fiberd instance. It answers
-/// `<name> ns=<Knative-Serving-Namespace> rev=<…-Revision> tag=<…-Tag> host=<Host> version=<HTTP version>`,
+/// `<name> ns=<Knative-Serving-Namespace> rev=<…-Revision> tag=<…-Tag> host=<Host> version=<HTTP version> proto=<X-Forwarded-Proto>`,
 /// and never answers `/hang`.
 struct Upstream {
     addr: SocketAddr,
@@ -105,11 +105,12 @@ async fn answer(
     let header = |k: &str| req.headers().get(k).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
     let host = req.uri().authority().map(|a| a.to_string()).unwrap_or_else(|| header("host"));
     let body = format!(
-        "{name} ns={} rev={} tag={} host={host} version={:?}\n",
+        "{name} ns={} rev={} tag={} host={host} version={:?} proto={}\n",
         header("knative-serving-namespace"),
         header("knative-serving-revision"),
         header("knative-serving-tag"),
-        req.version()
+        req.version(),
+        header("x-forwarded-proto"),
     );
     Ok(hyper::Response::new(Full::new(Bytes::from(body))))
 }
@@ -211,25 +212,34 @@ async fn mark_revision_ready(revisions: &Api<Revision>, name: &str) {
 
 // ---------------------------------------------------------------- routers
 
-/// An in-process router in cluster mode, with an internal and a public listener.
+/// An in-process router in cluster mode, with an internal, an admin, a public and an HTTPS
+/// listener. Every test router serves HTTPS, so none reports a KIngress with `spec.tls`
+/// as not programmed while another programs it.
 struct TestRouter {
     router: Arc<Router>,
     _routes: ClusterRoutes,
     internal: SocketAddr,
+    admin: SocketAddr,
     public: SocketAddr,
+    https: SocketAddr,
 }
 
-async fn start_router(client: Client, config: ClusterConfig) -> TestRouter {
+async fn start_router(client: Client, mut config: ClusterConfig) -> TestRouter {
+    config.tls = true;
     let router = Router::new(RouterConfig::default(), Registry::default());
     let routes = ClusterRoutes::start(Arc::clone(&router), client, config);
-    tokio::time::timeout(CONVERGE, routes.synced()).await.expect("the router lists Homes and KIngresses");
+    tokio::time::timeout(CONVERGE, routes.synced()).await.expect("the router lists Homes, KIngresses and Secrets");
     let mut addrs = Vec::new();
-    for exposure in [Exposure::Internal, Exposure::Public] {
+    for exposure in [Exposure::Internal, Exposure::Admin, Exposure::Public] {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         addrs.push(listener.local_addr().expect("addr"));
         tokio::spawn(Arc::clone(&router).serve_exposed(listener, exposure, std::future::pending()));
     }
-    TestRouter { router, _routes: routes, internal: addrs[0], public: addrs[1] }
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let https = listener.local_addr().expect("addr");
+    let tls = lampyr_router::tls::server_config(Arc::clone(&router)).expect("TLS settings");
+    tokio::spawn(Arc::clone(&router).serve_tls(listener, tls, std::future::pending()));
+    TestRouter { router, _routes: routes, internal: addrs[0], admin: addrs[1], public: addrs[2], https }
 }
 
 fn http() -> reqwest::Client {
@@ -297,9 +307,15 @@ async fn home_instances_serve_their_revision_and_a_refusing_instance_is_routed_a
     assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), ["a", "b"], "both loaded instances serve: {seen:?}");
     assert_eq!(unloaded.hits.load(Ordering::Acquire), 0, "an instance that has not loaded the template gets nothing");
 
-    let metrics = router.router.render_metrics();
+    let metrics = c.get(format!("http://{}/metrics", router.admin)).send().await.expect("metrics").text().await.expect("metrics text");
     let failures = sample(&metrics, "lampyr_router_upstream_connect_failures_total", &ns, "hello-00001").unwrap_or(0.0);
     assert!(failures >= 1.0, "the refusing instance was tried and routed around:\n{metrics}");
+    for (listener, addr) in [("internal", router.internal), ("public", router.public)] {
+        let resp = c.get(format!("http://{addr}/metrics")).send().await.expect("response");
+        assert_eq!(resp.status().as_u16(), 404, "/metrics is served on the admin listener only, not the {listener} one");
+    }
+    let ans = by_headers(&c, router.admin, &ns, "hello-00001", "/").await;
+    assert_eq!(ans.status, 404, "the admin listener routes nothing: {}", ans.text);
     assert_eq!(sample(&metrics, "lampyr_router_instances", &ns, "hello-00001"), Some(3.0), "three loaded instances");
 
     let ans = by_headers(&c, router.internal, &ns, "hello-99999", "/").await;
@@ -461,6 +477,7 @@ async fn the_fiber_router_binary_converges_after_a_restart() {
             .arg("--kubeconfig")
             .arg(cluster.kubeconfig())
             .arg(format!("--listen=127.0.0.1:{port}"))
+            .args(["--listen-admin=127.0.0.1:0", "--listen-tls=127.0.0.1:0"])
             .arg(format!("--service-dns={SERVICE_DNS}"))
             .env("RUST_LOG", "info");
         let log = logs.path().join(format!("fiber-router-{run}.log"));
@@ -850,4 +867,112 @@ async fn a_service_with_tags_reaches_the_same_revisions_through_upstreams_route_
         reached.map(|(_, splits)| splits.into_iter().map(|(rev, p, _)| (rev, p)).collect::<Vec<_>>()),
         Some(vec![("shop-00002".to_string(), 100)])
     );
+}
+
+// ---------------------------------------------------------------- TLS
+
+/// KIngress `secure`: `host` (ExternalIP) to hello-a, over TLS with Secret `secret`,
+/// plain HTTP redirected to HTTPS, as upstream writes it for a DomainMapping with TLS.
+fn tls_kingress(ns: &str, host: &str, secret: &str) -> Ingress {
+    serde_json::from_value(json!({
+        "apiVersion": "networking.internal.knative.dev/v1alpha1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": "secure", "namespace": ns,
+            "annotations": { "networking.knative.dev/ingress.class": FIBER_INGRESS_CLASS },
+        },
+        "spec": {
+            "httpOption": "Redirected",
+            "tls": [{ "hosts": [host], "secretName": secret, "secretNamespace": ns }],
+            "rules": [{ "hosts": [host], "visibility": "ExternalIP", "http": { "paths": [{ "splits": [split(ns, "hello-a", 100)] }] } }],
+        },
+    }))
+    .expect("a KIngress")
+}
+
+/// Waits until KIngress `name` says `NetworkConfigured` False for `reason`; returns its message.
+async fn wait_not_configured(client: &Client, ns: &str, name: &str, reason: &str) -> String {
+    let api = Api::<Ingress>::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let found = api.get(name).await.unwrap_or_else(|e| panic!("reading KIngress {ns}/{name}: {e}"));
+        let condition = found.status.as_ref().and_then(|s| {
+            lampyr_api::conditions::get_condition(&s.conditions, lampyr_api::conditions::ingress::NETWORK_CONFIGURED).cloned()
+        });
+        if let Some(c) = condition.filter(|c| c.reason == reason && c.is_false()) {
+            assert!(!found.status.as_ref().is_some_and(|s| s.is_ready(found.metadata.generation)), "not Ready: {found:#?}");
+            return c.message;
+        }
+        assert!(Instant::now() < deadline, "KIngress {ns}/{name} does not say {reason} within {CONVERGE:?}: {:#?}", found.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_serves_spec_tls_by_sni_redirects_plain_http_and_follows_its_secret() {
+    use k8s_openapi::api::core::v1::Secret;
+    use lampyr_testenv::tls::{TestCa, https_get};
+
+    let (cluster, client) = cluster().await;
+    let ns = cluster.namespace("router-tls").await;
+    let a = Upstream::start("a").await;
+    create_home(&client, &ns, "hello-a", policy(Duration::from_secs(60), false), &[("a", a.addr, true)]).await;
+    let router = start_router(client.clone(), ClusterConfig::new(SERVICE_DNS)).await;
+    let c = http();
+    let ca = TestCa::new("router-tls-test-ca").expect("CA");
+    let host = format!("secure.{ns}.example.com");
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+
+    // Its Secret missing: not programmed, and the status names the Secret.
+    ingresses.create(&PostParams::default(), &tls_kingress(&ns, &host, "secure-tls")).await.expect("create KIngress");
+    let message = wait_not_configured(&client, &ns, "secure", kingress::REASON_TLS_SECRET_MISSING).await;
+    assert!(message.contains(&format!("Secret {ns}/secure-tls does not exist")), "{message}");
+    assert_eq!(by_host(&c, router.public, &host, "/").await.status, 404, "nothing of it is routed");
+
+    // The Secret appears: Ready; HTTPS answers with the certificate, verified against the CA.
+    let first = ca.issue(&[&host]).expect("certificate");
+    let secret: Secret = serde_json::from_value(first.secret(&ns, "secure-tls")).expect("a Secret");
+    secrets.create(&PostParams::default(), &secret).await.expect("create Secret");
+    wait_ingress_ready(&client, &ns, "secure").await;
+    let ans = https_get(router.https, &host, "/over-tls", ca.pem()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(ans.status == 200 && ans.body.starts_with("a "), "{ans:?}");
+    assert!(ans.body.contains("rev=hello-a") && ans.body.contains("proto=https"), "routed, and told it came over HTTPS: {}", ans.body);
+    assert_eq!(ans.peer_certificate, first.der, "the Secret's certificate is presented");
+
+    // Plain HTTP to it is redirected to the same target over HTTPS, and never served.
+    let no_redirects = lampyr_testenv::http_client().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let resp = no_redirects.get(format!("http://{}/a/b?c=d", router.public)).header("host", &host).send().await.expect("response");
+    let location = resp.headers().get("location").and_then(|l| l.to_str().ok()).unwrap_or_default().to_string();
+    assert_eq!((resp.status().as_u16(), location.as_str()), (301, format!("https://{host}/a/b?c=d").as_str()));
+    assert_eq!(a.hits.load(Ordering::Acquire), 1, "only the HTTPS request reached the Revision");
+
+    // A name no KIngress covers gets no certificate: the handshake fails.
+    let other = https_get(router.https, "other.example.com", "/", ca.pem()).await;
+    assert!(other.is_err(), "a host without a certificate is refused: {other:?}");
+    // The public listener's rules only: a cluster-local host is not served over HTTPS either.
+    let internal = https_get(router.https, &format!("hello-a.{ns}.svc.cluster.local"), "/", ca.pem()).await;
+    assert!(internal.is_err(), "{internal:?}");
+
+    // The certificate rotates: the next handshake presents the new one, with no restart.
+    let second = ca.issue(&[&host]).expect("certificate");
+    let rotate = json!({ "stringData": { "tls.crt": second.cert_pem, "tls.key": second.key_pem } });
+    secrets.patch("secure-tls", &PatchParams::default(), &Patch::Merge(&rotate)).await.expect("rotate the Secret");
+    eventually("the rotated certificate is served", || async {
+        let ans = https_get(router.https, &host, "/", ca.pem()).await?;
+        (ans.peer_certificate == second.der && ans.status == 200).then_some(()).ok_or_else(|| format!("{} {}", ans.status, ans.body))
+    })
+    .await;
+
+    // A key that does not belong to the certificate: not programmed, and the status says why.
+    let unrelated = ca.issue(&["unrelated.example.com"]).expect("certificate");
+    let broken = json!({ "stringData": { "tls.key": unrelated.key_pem } });
+    secrets.patch("secure-tls", &PatchParams::default(), &Patch::Merge(&broken)).await.expect("break the Secret");
+    let message = wait_not_configured(&client, &ns, "secure", kingress::REASON_TLS_SECRET_INVALID).await;
+    assert!(message.contains(&format!("Secret {ns}/secure-tls")) && message.contains("tls.key"), "{message}");
+    eventually("the broken KIngress's host is no longer served", || async {
+        let refused = https_get(router.https, &host, "/", ca.pem()).await.is_err();
+        refused.then_some(()).ok_or_else(|| "still answered over HTTPS".to_string())
+    })
+    .await;
 }

@@ -62,7 +62,8 @@ impl InstalledLampyr {
 }
 
 /// The Pods labelled `app.kubernetes.io/name=<name>` run as `binary` with their first
-/// container's arguments, its `address_flag` moved to the Pod's loopback port, a
+/// container's arguments, its `address_flag` moved to the Pod's loopback port, any
+/// other `--listen-*` address to a free loopback port (replicas share the host), a
 /// `--cache-dir` moved to the Pod's own directory, and its service account's kubeconfig.
 fn component(name: &'static str, binary: PathBuf, address_flag: &'static str) -> PodProgram {
     let command = move |pod: &Pod, sandbox: &PodSandbox| {
@@ -70,9 +71,11 @@ fn component(name: &'static str, binary: PathBuf, address_flag: &'static str) ->
         let mut command = Command::new(&binary);
         let address = format!("{address_flag}=");
         for arg in container.args.iter().flatten().filter(|a| !a.starts_with(&address)) {
-            match arg.strip_prefix("--cache-dir=") {
-                Some(_) => command.arg(format!("--cache-dir={}", sandbox.dir.join("cache").display())),
-                None => command.arg(sandbox.localize(arg)),
+            let listen_flag = arg.strip_prefix("--listen-").and_then(|rest| rest.split_once('=')).map(|(flag, _)| flag);
+            match (arg.strip_prefix("--cache-dir="), listen_flag) {
+                (Some(_), _) => command.arg(format!("--cache-dir={}", sandbox.dir.join("cache").display())),
+                (None, Some(flag)) => command.arg(format!("--listen-{flag}=127.0.0.1:{}", free_port()?)),
+                (None, None) => command.arg(sandbox.localize(arg)),
             };
         }
         command.arg(format!("{address}127.0.0.1:{}", sandbox.port)).arg(format!("--kubeconfig={}", sandbox.kubeconfig.display()));

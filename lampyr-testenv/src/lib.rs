@@ -23,6 +23,7 @@ pub mod registry;
 pub mod runtime_images;
 mod shared;
 pub mod stack;
+pub mod tls;
 
 pub use artifacts::{Artifact, conformance_artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};
 pub use bins::workspace_binary;

@@ -147,6 +147,7 @@ impl LampyrStack {
         command
             .arg(format!("--kubeconfig={}", self.cluster.kubeconfig().display()))
             .arg(format!("--listen={}", self.router))
+            .arg("--listen-admin=127.0.0.1:0")
             .arg(format!("--service-dns={ROUTER_SERVICE}"));
         *slot = Some(spawn(self.cluster, "fiber-router", command)?);
         Ok(())

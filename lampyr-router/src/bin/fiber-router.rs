@@ -18,12 +18,20 @@ use tokio::net::TcpListener;
 #[derive(Parser, Debug)]
 #[command(name = "fiber-router", version, about)]
 struct Args {
-    /// Internal listener: every KIngress rule, Revisions by Knative-Serving-* headers, /metrics, /healthz.
+    /// Internal listener, for the cluster's own traffic: every KIngress rule, and
+    /// Revisions picked by the Knative-Serving-* headers.
     #[arg(long, default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
-    /// Optional public listener: only ExternalIP KIngress rules (and /healthz).
+    /// Public plain-HTTP listener: only ExternalIP KIngress rules.
     #[arg(long)]
     listen_public: Option<SocketAddr>,
+    /// Public HTTPS listener: ExternalIP KIngress rules over TLS, certificates from their
+    /// spec.tls Secrets by SNI. Without it, a KIngress asking for TLS is not programmed.
+    #[arg(long)]
+    listen_tls: Option<SocketAddr>,
+    /// Admin listener: /healthz and /metrics only. Keep it out of every Service.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    listen_admin: SocketAddr,
     /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when unset.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -78,6 +86,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     config.fixed_queue_capacity = args.queue_capacity.is_some();
     config.peers = args.peers;
+    config.tls = args.listen_tls.is_some();
     let routes = ClusterRoutes::start(std::sync::Arc::clone(&router), client, config);
     tracing::info!("listing Homes and KIngresses");
     routes.synced().await;
@@ -87,13 +96,23 @@ async fn run(args: Args) -> Result<(), String> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut servers = Vec::new();
-    let mut listeners = vec![(args.listen, Exposure::Internal)];
-    listeners.extend(args.listen_public.map(|a| (a, Exposure::Public)));
+    let mut listeners = vec![(args.listen, Some(Exposure::Internal)), (args.listen_admin, Some(Exposure::Admin))];
+    listeners.extend(args.listen_public.map(|a| (a, Some(Exposure::Public))));
+    // None: the HTTPS listener (public).
+    listeners.extend(args.listen_tls.map(|a| (a, None)));
     for (addr, exposure) in listeners {
         let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let local = listener.local_addr().map_err(|e| format!("reading the address of {addr}: {e}"))?;
-        tracing::info!(address = %local, ?exposure, "serving");
-        servers.push(tokio::spawn(std::sync::Arc::clone(&router).serve_exposed(listener, exposure, stopped(stop_rx.clone()))));
+        tracing::info!(address = %local, exposure = ?exposure.unwrap_or(Exposure::Public), tls = exposure.is_none(), "serving");
+        let router = std::sync::Arc::clone(&router);
+        let stopped = stopped(stop_rx.clone());
+        servers.push(match exposure {
+            Some(exposure) => tokio::spawn(router.serve_exposed(listener, exposure, stopped)),
+            None => {
+                let tls = lampyr_router::tls::server_config(std::sync::Arc::clone(&router)).map_err(|e| format!("setting up TLS: {e}"))?;
+                tokio::spawn(router.serve_tls(listener, tls, stopped))
+            }
+        });
     }
     shutdown_signal().await;
     tracing::info!("shutting down: draining requests in flight");

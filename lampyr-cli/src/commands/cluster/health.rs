@@ -6,7 +6,7 @@ use lampyr_artifact::registry::RegistryClient;
 use serde_json::Value;
 
 use super::kubectl::{Kubectl, KubectlError};
-use super::plan::{GRANT_POLICY, INSTALLATION, ObjectRef, SYSTEM_NAMESPACE};
+use super::plan::{GRANT_POLICY, INSTALLATION, ObjectRef, PUBLIC_SERVICE, SYSTEM_NAMESPACE};
 use super::{ClusterError, read_plan};
 use crate::commands::fleet_key::{StoredKey, stored};
 use crate::ui::{Color, Ui};
@@ -142,13 +142,15 @@ fn controllers(kubectl: &Kubectl) -> Result<String, String> {
     ])
 }
 
-/// fiber-router is available and its Service exists.
+/// fiber-router is available and its internal and public Services exist.
 fn router(kubectl: &Kubectl) -> Result<String, String> {
-    let service = kubectl.get_json("service/fiber-router", Some(SYSTEM_NAMESPACE)).map_err(text)?;
-    let service = service
-        .map(|s| format!("Service {SYSTEM_NAMESPACE}/fiber-router ({})", s["spec"]["type"].as_str().unwrap_or("ClusterIP")))
-        .ok_or_else(|| format!("Service {SYSTEM_NAMESPACE}/fiber-router: missing"));
-    all(vec![deployment(kubectl, SYSTEM_NAMESPACE, "fiber-router"), service])
+    let service = |name: &str| -> Result<String, String> {
+        let found = kubectl.get_json(&format!("service/{name}"), Some(SYSTEM_NAMESPACE)).map_err(text)?;
+        found
+            .map(|s| format!("Service {SYSTEM_NAMESPACE}/{name} ({})", s["spec"]["type"].as_str().unwrap_or("ClusterIP")))
+            .ok_or_else(|| format!("Service {SYSTEM_NAMESPACE}/{name}: missing"))
+    };
+    all(vec![deployment(kubectl, SYSTEM_NAMESPACE, "fiber-router"), service("fiber-router"), service(PUBLIC_SERVICE)])
 }
 
 /// cert-manager's CRD and the csi-driver's CSIDriver: `Ok(Ok(found))`, `Ok(Err(what is missing))`.

@@ -191,6 +191,9 @@ fn controller_manifest(source: &ControllerManifest) -> Result<(String, String), 
     }
 }
 
+/// fiber-router's public Service: the only one reachable from outside the cluster.
+pub const PUBLIC_SERVICE: &str = "fiber-router-public";
+
 /// Puts the platform settings into the objects that carry them.
 fn settle(object: &mut Value, checked: &Checked) {
     let settings = &checked.settings;
@@ -212,11 +215,13 @@ fn settle(object: &mut Value, checked: &Checked) {
                 set_repeated_arg(object, flag, &[value]);
             }
         }
-        ("Service", Some(SYSTEM_NAMESPACE), "fiber-router") => {
+        ("Service", Some(SYSTEM_NAMESPACE), PUBLIC_SERVICE) => {
             object["spec"]["type"] = json!("NodePort");
-            if let Some(ports) = object.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
-                for port in ports.iter_mut().filter(|p| p["port"] == 80) {
-                    port["nodePort"] = json!(settings.ingress.http_node_port);
+            for port in object.pointer_mut("/spec/ports").and_then(Value::as_array_mut).into_iter().flatten() {
+                match port["port"].as_u64() {
+                    Some(80) => port["nodePort"] = json!(settings.ingress.http_node_port),
+                    Some(443) => port["nodePort"] = json!(settings.ingress.https_node_port),
+                    _ => {}
                 }
             }
         }

@@ -116,10 +116,10 @@ pub struct Ingress {
     /// `config-network`'s `ingress-class`.
     #[serde(default = "default_ingress_class")]
     pub class: String,
-    /// NodePort of fiber-router's HTTP port.
+    /// NodePort of fiber-router's public HTTP port.
     #[serde(default = "default_http_node_port")]
     pub http_node_port: u16,
-    /// NodePort of the HTTPS listener (recorded; fiber-router has no HTTPS listener yet).
+    /// NodePort of fiber-router's public HTTPS port.
     #[serde(default = "default_https_node_port")]
     pub https_node_port: u16,
 }
