@@ -94,6 +94,20 @@ impl HttpBody for Bounded {
     }
 }
 
+/// The body length `headers` declare (`Content-Length`), when it is a number.
+pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok())
+}
+
+/// [`InvokeError::RequestTooLarge`] when `headers` declare a request body over `max` bytes.
+pub fn refuse_declared_over(headers: &http::HeaderMap, max: u64) -> Result<(), crate::InvokeError> {
+    match declared_length(headers) {
+        Some(size) if size > max => Err(crate::InvokeError::RequestTooLarge { size, max }),
+        _ => Ok(()),
+    }
+}
+
+
 /// Whether `err`, or an error it wraps, is a `T`.
 pub fn caused_by<T: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(err);

@@ -66,9 +66,13 @@ pub struct ClusterConfig {
     /// ([`keys::FIBER_INGRESS_CLASS`] by default); `None`: KIngresses are
     /// neither watched nor programmed.
     pub ingress_class: Option<String>,
-    /// DNS name of the router's own Service, reported as `domainInternal` of
-    /// both load balancers in KIngress status.
+    /// DNS name of the router's internal Service, reported as `domainInternal` of
+    /// the private load balancer in KIngress status (and of the public one unless
+    /// [`ClusterConfig::public_service_dns`] is set).
     pub service_dns: String,
+    /// DNS name of the router's public Service, reported as the public load balancer's
+    /// `domainInternal`: where a client outside the cluster reaches `ExternalIP` rules.
+    pub public_service_dns: Option<String>,
     /// Settings of each Revision's backend. Its `queue_capacity` applies to
     /// every Revision when [`ClusterConfig::fixed_queue_capacity`] is set;
     /// otherwise each Revision's comes from its policy ([`queue_capacity`]).
@@ -92,6 +96,7 @@ impl ClusterConfig {
         ClusterConfig {
             ingress_class: Some(keys::FIBER_INGRESS_CLASS.to_string()),
             service_dns: service_dns.into(),
+            public_service_dns: None,
             backend: FiberdConfig::default(),
             fixed_queue_capacity: false,
             retry: Duration::from_secs(5),
@@ -311,7 +316,11 @@ impl Reconciler {
             if let Err(why) = &outcome {
                 tracing::warn!(namespace = %ingress.namespace().unwrap_or_default(), ingress = %ingress.name_any(), reason = why.reason, message = %why.message, "KIngress not programmed");
             }
-            let desired = kingress::desired_status(&ingress, outcome.as_ref().map(|_| ()), &self.config.service_dns);
+            let balancers = kingress::LoadBalancers {
+                private: &self.config.service_dns,
+                public: self.config.public_service_dns.as_deref().unwrap_or(&self.config.service_dns),
+            };
+            let desired = kingress::desired_status(&ingress, outcome.as_ref().map(|_| ()), balancers);
             if ingress.status.as_ref() == Some(&desired) {
                 continue;
             }

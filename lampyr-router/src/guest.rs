@@ -15,10 +15,7 @@ use crate::body::{self, Body, DeadlinePassed, TooLarge, caused_by};
 /// bytes, before `deadline`), the host as a `Host` header however it came.
 pub async fn guest_request(req: http::Request<Body>, max_body: u64, deadline: Instant) -> Result<lampyr_abi::Request, InvokeError> {
     let (parts, body) = req.into_parts();
-    let declared = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if let Some(size) = declared.filter(|len| *len > max_body) {
-        return Err(InvokeError::RequestTooLarge { size, max: max_body });
-    }
+    body::refuse_declared_over(&parts.headers, max_body)?;
     let body = match body::bounded(body, max_body, deadline).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if caused_by::<TooLarge>(e.as_ref()) => {

@@ -168,7 +168,7 @@ impl HttpBackend {
         let max = self.max_response_body;
         // A HEAD, 204 or 304 answer's Content-Length describes a body that is not sent.
         let bodiless = head || matches!(parts.status.as_u16(), 204 | 304);
-        let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let declared = body::declared_length(&parts.headers);
         if let Some(len) = declared.filter(|len| *len > max && !bodiless) {
             return Err(response_too_large(len, max));
         }
@@ -237,10 +237,7 @@ impl Outgoing {
     /// Prepares `req`; a declared body over `max_body` bytes is refused here.
     pub(crate) fn new(req: http::Request<Body>, max_body: u64) -> Result<Self, InvokeError> {
         let (mut head, body) = req.into_parts();
-        let declared = head.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        if let Some(size) = declared.filter(|len| *len > max_body) {
-            return Err(InvokeError::RequestTooLarge { size, max: max_body });
-        }
+        body::refuse_declared_over(&head.headers, max_body)?;
         if head.uri.path_and_query().is_none_or(|pq| !pq.as_str().starts_with('/')) {
             return Err(unforwardable(format!("request target {:?} is not a path", head.uri)));
         }

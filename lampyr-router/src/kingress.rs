@@ -164,20 +164,31 @@ fn header_list(map: &BTreeMap<String, String>, at: &str) -> Result<Vec<(HeaderNa
         .collect()
 }
 
+/// The router's Services, as KIngress status reports them.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadBalancers<'a> {
+    /// The internal Service's DNS name: the private load balancer, which the Route
+    /// reconciler points its placeholder Services at.
+    pub private: &'a str,
+    /// The public Service's DNS name: the public load balancer, which clients outside
+    /// the cluster (and Knative's conformance suites) reach.
+    pub public: &'a str,
+}
+
 /// The status `ingress` should have once the router has programmed it (or
 /// failed to, with `outcome`): `observedGeneration` is the current generation;
 /// on success `NetworkConfigured` and `LoadBalancerReady` are True (so `Ready`
-/// is), with both load balancers reached at `service_dns`. Conditions that do
-/// not change keep their `lastTransitionTime`, so an unchanged status compares
-/// equal to the one written before.
-pub fn desired_status(ingress: &Ingress, outcome: Result<(), &NotConfigured>, service_dns: &str) -> IngressStatus {
+/// is), with the load balancers at `balancers`. Conditions that do not change
+/// keep their `lastTransitionTime`, so an unchanged status compares equal to
+/// the one written before.
+pub fn desired_status(ingress: &Ingress, outcome: Result<(), &NotConfigured>, balancers: LoadBalancers<'_>) -> IngressStatus {
     let mut status = ingress.status.clone().unwrap_or_default();
     status.initialize_conditions();
     match outcome {
         Ok(()) => {
             status.manage().mark_true(ingress_conditions::NETWORK_CONFIGURED);
-            let lb = || vec![LoadBalancerIngressStatus { domain_internal: service_dns.to_string(), ..Default::default() }];
-            status.mark_load_balancer_ready(lb(), lb());
+            let lb = |dns: &str| vec![LoadBalancerIngressStatus { domain_internal: dns.to_string(), ..Default::default() }];
+            status.mark_load_balancer_ready(lb(balancers.public), lb(balancers.private));
         }
         Err(why) => status.manage().mark_false(ingress_conditions::NETWORK_CONFIGURED, why.reason, &why.message),
     }
@@ -288,18 +299,22 @@ mod tests {
     #[test]
     fn status_is_ready_with_both_load_balancers_and_stable_when_rewritten() {
         let mut ingress = upstream_like();
-        let status = desired_status(&ingress, Ok(()), "fiber-router.lampyr.svc.cluster.local");
+        let balancers = LoadBalancers {
+            private: "fiber-router.lampyr.svc.cluster.local",
+            public: "fiber-router-public.lampyr.svc.cluster.local",
+        };
+        let status = desired_status(&ingress, Ok(()), balancers);
         assert!(status.is_ready(Some(3)), "{status:#?}");
         assert_eq!(status.observed_generation, 3);
-        for lb in [&status.public_load_balancer, &status.private_load_balancer] {
+        for (lb, dns) in [(&status.public_load_balancer, balancers.public), (&status.private_load_balancer, balancers.private)] {
             let lb = lb.as_ref().expect("load balancer");
-            assert_eq!(lb.ingress[0].domain_internal, "fiber-router.lampyr.svc.cluster.local");
+            assert_eq!(lb.ingress[0].domain_internal, dns);
         }
         ingress.status = Some(status.clone());
-        assert_eq!(desired_status(&ingress, Ok(()), "fiber-router.lampyr.svc.cluster.local"), status, "nothing to write again");
+        assert_eq!(desired_status(&ingress, Ok(()), balancers), status, "nothing to write again");
 
         let why = NotConfigured { reason: REASON_HOST_CONFLICT, message: "taken".into() };
-        let failed = desired_status(&ingress, Err(&why), "fiber-router.lampyr.svc.cluster.local");
+        let failed = desired_status(&ingress, Err(&why), balancers);
         let ready = failed.get_condition(CONDITION_READY).expect("Ready");
         assert_eq!((ready.status, ready.reason.as_str()), (ConditionStatus::False, REASON_HOST_CONFLICT));
     }

@@ -425,9 +425,8 @@ impl Router {
         let deadline = started + entry.policy.request_deadline();
         let cold = entry.backend.is_cold();
         let max = entry.backend.max_request_body();
-        let declared = req.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        let resp = if let Some(size) = declared.filter(|len| *len > max) {
-            error_response(&InvokeError::RequestTooLarge { size, max })
+        let resp = if let Err(too_large) = body::refuse_declared_over(req.headers(), max) {
+            error_response(&too_large)
         } else {
             let req = req.map(|incoming| body::bounded(body::boxed(incoming), max, deadline));
             match entry.backend.invoke(req, deadline).await {

@@ -42,6 +42,10 @@ struct Args {
     /// reported as the KIngress load balancers' domainInternal.
     #[arg(long)]
     service_dns: String,
+    /// DNS name of this router's public Service (e.g. fiber-router-public.lampyr.svc.cluster.local),
+    /// reported as the KIngress public load balancer's domainInternal; --service-dns when unset.
+    #[arg(long)]
+    public_service_dns: Option<String>,
     /// Largest request body forwarded, in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_request_body: u64,
@@ -87,6 +91,7 @@ async fn run(args: Args) -> Result<(), String> {
     config.fixed_queue_capacity = args.queue_capacity.is_some();
     config.peers = args.peers;
     config.tls = args.listen_tls.is_some();
+    config.public_service_dns = args.public_service_dns;
     let routes = ClusterRoutes::start(std::sync::Arc::clone(&router), client, config);
     tracing::info!("listing Homes and KIngresses");
     routes.synced().await;
