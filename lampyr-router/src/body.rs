@@ -107,7 +107,6 @@ pub fn refuse_declared_over(headers: &http::HeaderMap, max: u64) -> Result<(), c
     }
 }
 
-
 /// Whether `err`, or an error it wraps, is a `T`.
 pub fn caused_by<T: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(err);

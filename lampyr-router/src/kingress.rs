@@ -299,10 +299,8 @@ mod tests {
     #[test]
     fn status_is_ready_with_both_load_balancers_and_stable_when_rewritten() {
         let mut ingress = upstream_like();
-        let balancers = LoadBalancers {
-            private: "fiber-router.lampyr.svc.cluster.local",
-            public: "fiber-router-public.lampyr.svc.cluster.local",
-        };
+        let balancers =
+            LoadBalancers { private: "fiber-router.lampyr.svc.cluster.local", public: "fiber-router-public.lampyr.svc.cluster.local" };
         let status = desired_status(&ingress, Ok(()), balancers);
         assert!(status.is_ready(Some(3)), "{status:#?}");
         assert_eq!(status.observed_generation, 3);

@@ -276,7 +276,9 @@ fn uninstall(options: &ClusterOptions, delete_cluster: bool, ui: &mut Ui) -> Res
     }
     let plan = plan.unwrap_or_default();
     let kept: Vec<ObjectRef> = plan.iter().filter(|o| !o.created).cloned().collect();
-    let batches = deletion_batches(plan, sealed_services(&kubectl)?, fleet_keys(&kubectl)?);
+    let mut first = sealed_services(&kubectl)?;
+    first.extend(finalized_by_knative(&kubectl)?);
+    let batches = deletion_batches(plan, first, fleet_keys(&kubectl)?);
     let total: usize = batches.iter().map(Vec::len).sum();
     ui.note(format!("ly will delete {total} objects from context {context:?} ({}), keeping the cluster:", ui.paint(Color::Red, "-")));
     for object in batches.iter().flatten() {
@@ -334,16 +336,17 @@ fn recorded_provider(kubectl: &Kubectl) -> Result<Option<String>, ClusterError> 
     Ok(config.and_then(|c| c["data"]["provider"].as_str().map(str::to_string)).filter(|p| !p.is_empty()))
 }
 
-/// What uninstall deletes, in order: the Services sealed to the fleet key, the objects the
+/// What uninstall deletes, in order: `first` (the Services sealed to the fleet key, and objects
+/// the installed controllers must finalize, while they still run), the objects the
 /// installation created (newest first), the fleet key and its copies, then CRDs, then the
 /// installation record, then namespaces, so a failed uninstall keeps its record and can be retried.
-fn deletion_batches(plan: Vec<ObjectRef>, services: Vec<ObjectRef>, fleet_keys: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
+fn deletion_batches(plan: Vec<ObjectRef>, first: Vec<ObjectRef>, fleet_keys: Vec<ObjectRef>) -> Vec<Vec<ObjectRef>> {
     let is_record = |o: &ObjectRef| o.namespace.as_deref() == Some(SYSTEM_NAMESPACE) && o.name == INSTALLATION;
     let created: Vec<ObjectRef> = plan.into_iter().rev().filter(|o| o.created).collect();
     let (namespaces, rest): (Vec<_>, Vec<_>) = created.into_iter().partition(|o| o.kind == "Namespace");
     let (crds, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|o| o.kind == "CustomResourceDefinition");
     let (record, objects): (Vec<_>, Vec<_>) = rest.into_iter().partition(is_record);
-    vec![services, objects, fleet_keys, crds, record, namespaces].into_iter().filter(|b| !b.is_empty()).collect()
+    vec![first, objects, fleet_keys, crds, record, namespaces].into_iter().filter(|b| !b.is_empty()).collect()
 }
 
 /// The Knative Services `ly deploy` sealed to the fleet key: uninstall deletes them with it,
@@ -352,6 +355,13 @@ fn sealed_services(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
     let services = list_all(kubectl, "services.serving.knative.dev", None)?;
     let sealed = |s: &&Value| s["spec"]["template"]["metadata"]["annotations"][lampyr_api::keys::SEALED_TEMPLATE].is_string();
     Ok(services.iter().filter(sealed).map(created).collect())
+}
+
+/// Objects whose finalizer the installed Knative controller removes: every DomainMapping (it
+/// releases the domain's ClusterDomainClaim). Deleted once that controller is gone, they would
+/// never go, and neither would their CRD.
+fn finalized_by_knative(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
+    Ok(list_all(kubectl, "domainmappings.serving.knative.dev", None)?.iter().map(created).collect())
 }
 
 /// The fleet key Secret and the grant controller's copies of it in other namespaces.
