@@ -99,7 +99,7 @@ pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
     headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok())
 }
 
-/// [`InvokeError::RequestTooLarge`] when `headers` declare a request body over `max` bytes.
+/// [`crate::InvokeError::RequestTooLarge`] when `headers` declare a request body over `max` bytes.
 pub fn refuse_declared_over(headers: &http::HeaderMap, max: u64) -> Result<(), crate::InvokeError> {
     match declared_length(headers) {
         Some(size) if size > max => Err(crate::InvokeError::RequestTooLarge { size, max }),
