@@ -8,8 +8,9 @@
 //! - **KIngresses** of the router's ingress class: their rules become host
 //!   routes ([`crate::kingress`]), and once a KIngress is programmed its status
 //!   says so (`observedGeneration`, `NetworkConfigured`, `LoadBalancerReady`,
-//!   hence `Ready`; both load balancers at the router's Service DNS name),
-//!   written through the `/status` subresource.
+//!   hence `Ready`; the private load balancer at the internal Service's DNS
+//!   name, the public one at the public Service's), written through the
+//!   `/status` subresource.
 //!
 //! - **TLS Secrets** (`type: kubernetes.io/tls`), when the router serves HTTPS
 //!   ([`ClusterConfig::tls`]): each KIngress `spec.tls` entry's Secret gives
