@@ -16,15 +16,16 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use oci_spec::image::{ImageIndex, ImageManifest};
+use oci_spec::image::ImageIndex;
 use serde_json::json;
 
-use crate::layout::{self, MAX_JSON_BYTES, digest_hex, hash_reader, sha256_digest, write_index};
+use sha2::{Digest as _, Sha256};
+
+use crate::layout::{self, MAX_JSON_BYTES, digest_hex, sha256_digest, write_index};
+use crate::structure::{MT_INDEX, MT_MANIFEST, Structure};
 use crate::{ARTIFACT_TAG, ArtifactError, SNAPSHOT_TAG};
 
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
-const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// What went wrong reading or writing the cache.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +49,15 @@ pub enum CacheError {
         /// What is wrong.
         source: Box<ArtifactError>,
     },
+    /// The documents of a cached artifact do not describe a Lampyr artifact.
+    #[error("cached artifact: {0} (remove the cache directory to start afresh)")]
+    Artifact(Box<ArtifactError>),
+}
+
+impl From<ArtifactError> for CacheError {
+    fn from(source: ArtifactError) -> Self {
+        CacheError::Artifact(Box::new(source))
+    }
 }
 
 /// A content-addressed artifact cache rooted at one directory.
@@ -61,6 +71,8 @@ pub struct Cache {
 #[derive(Debug)]
 pub struct PendingBlob {
     tmp: tempfile::NamedTempFile,
+    hasher: Sha256,
+    written: u64,
     digest: String,
     size: u64,
     dest: PathBuf,
@@ -105,7 +117,7 @@ impl Cache {
             return self.blob_path(digest);
         }
         let mut pending = self.begin(digest, bytes.len() as u64)?;
-        pending.tmp.write_all(bytes).map_err(|e| io_error(pending.tmp.path(), e))?;
+        pending.write_all(bytes)?;
         pending.commit()
     }
 
@@ -114,7 +126,7 @@ impl Cache {
         let dest = self.blob_path(digest)?;
         let tmp_dir = self.tmp_dir()?;
         let tmp = tempfile::Builder::new().prefix("blob-").tempfile_in(&tmp_dir).map_err(|e| io_error(&tmp_dir, e))?;
-        Ok(PendingBlob { tmp, digest: digest.to_string(), size, dest, root: self.root.clone() })
+        Ok(PendingBlob { tmp, hasher: Sha256::new(), written: 0, digest: digest.to_string(), size, dest, root: self.root.clone() })
     }
 
     /// Reads JSON blob `digest` (at most [`MAX_JSON_BYTES`]) and checks its digest again.
@@ -173,37 +185,38 @@ impl Cache {
         }
     }
 
+    /// What artifact `digest` in the store names: its index, manifests and layers.
+    pub fn structure(&self, digest: &str) -> Result<Structure, CacheError> {
+        let index_bytes = self.read_json(digest, "artifact index")?;
+        Structure::read(digest, &index_bytes, |desc, what| self.read_json(desc.digest().as_ref(), what))
+    }
+
     /// The layout `index.json` for artifact `digest` and every blob digest it needs.
     fn artifact_contents(&self, digest: &str) -> Result<(ImageIndex, Vec<String>), CacheError> {
-        let index_bytes = self.read_json(digest, "artifact index")?;
-        let index: ImageIndex = self.parse("artifact index", &index_bytes)?;
-        let mut blobs = vec![digest.to_string()];
-        for desc in index.manifests() {
-            let manifest_digest = desc.digest().to_string();
-            let manifest: ImageManifest = self.parse("manifest", &self.read_json(&manifest_digest, "manifest")?)?;
-            blobs.push(manifest_digest);
-            blobs.push(manifest.config().digest().to_string());
-            blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
-        }
-        let snapshot = index.manifests().first().ok_or_else(|| {
-            self.content(ArtifactError::Malformed { what: "artifact index".into(), reason: "it lists no manifests".into() })
-        })?;
+        let artifact = self.structure(digest)?;
+        let index_size = self.blob_size(digest)?;
         let mut annotations: serde_json::Map<String, serde_json::Value> =
-            snapshot.annotations().iter().flatten().map(|(k, v)| (k.clone(), json!(v))).collect();
+            artifact.snapshot.annotations().iter().flatten().map(|(k, v)| (k.clone(), json!(v))).collect();
         annotations.insert(REF_NAME.to_string(), json!(SNAPSHOT_TAG));
+        let hyperlight = &artifact.hyperlight_manifest;
         let layout_index = json!({
             "schemaVersion": 2,
             "mediaType": MT_INDEX,
             "manifests": [
-                {"mediaType": MT_INDEX, "digest": digest, "size": index_bytes.len(),
+                {"mediaType": MT_INDEX, "digest": digest, "size": index_size,
                  "annotations": {REF_NAME: ARTIFACT_TAG}},
-                {"mediaType": MT_MANIFEST, "digest": snapshot.digest().to_string(), "size": snapshot.size(),
+                {"mediaType": MT_MANIFEST, "digest": hyperlight.digest().to_string(), "size": hyperlight.size(),
                  "annotations": annotations},
             ],
         });
         let layout_index = serde_json::from_value(layout_index)
             .map_err(|e| self.content(ArtifactError::Malformed { what: "layout index.json".into(), reason: e.to_string() }))?;
-        Ok((layout_index, blobs))
+        Ok((layout_index, artifact.native_blobs()))
+    }
+
+    fn blob_size(&self, digest: &str) -> Result<u64, CacheError> {
+        let path = self.blob_path(digest)?;
+        fs::metadata(&path).map(|m| m.len()).map_err(|e| io_error(&path, e))
     }
 
     /// Links (or copies) store blob `digest` into the layout at `layout_dir`.
@@ -227,19 +240,28 @@ impl Cache {
         Ok(dir)
     }
 
-    fn parse<T: serde::de::DeserializeOwned>(&self, what: &str, bytes: &[u8]) -> Result<T, CacheError> {
-        serde_json::from_slice(bytes).map_err(|e| self.content(ArtifactError::Malformed { what: what.to_string(), reason: e.to_string() }))
-    }
-
     fn content(&self, source: ArtifactError) -> CacheError {
         CacheError::Content { root: self.root.clone(), source: Box::new(source) }
     }
 }
 
 impl PendingBlob {
-    /// The temporary file to write the blob's bytes into.
-    pub fn file(&self) -> &fs::File {
-        self.tmp.as_file()
+    /// Appends `bytes` to the blob, hashing them on the way.
+    pub fn write_all(&mut self, bytes: &[u8]) -> Result<(), CacheError> {
+        self.tmp.write_all(bytes).map_err(|e| io_error(self.tmp.path(), e))?;
+        self.hasher.update(bytes);
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The length and `sha256:` digest of what was written so far.
+    pub fn hashed(&self) -> (u64, String) {
+        (self.written, format!("sha256:{}", hex::encode(self.hasher.clone().finalize())))
     }
 
     /// The digest the bytes must hash to.
@@ -247,17 +269,16 @@ impl PendingBlob {
         &self.digest
     }
 
-    /// Re-reads the written file, checks its size and digest, makes it read-only
-    /// and renames it into the store. On any error the temporary file is removed.
+    /// Checks the size and digest of what was written, makes the file read-only and
+    /// renames it into the store. On any error the temporary file is removed.
     pub fn commit(self) -> Result<PathBuf, CacheError> {
         let path = self.tmp.path().to_path_buf();
         let content = |source| CacheError::Content { root: self.root.clone(), source: Box::new(source) };
-        let mut file = fs::File::open(&path).map_err(|e| io_error(&path, e))?;
-        let (len, actual) = hash_reader(&mut file).map_err(|e| io_error(&path, e))?;
-        if len != self.size {
+        if self.written != self.size {
             let (what, digest) = ("downloaded blob".to_string(), self.digest.clone());
-            return Err(content(ArtifactError::SizeMismatch { what, digest, expected: self.size, actual: len }));
+            return Err(content(ArtifactError::SizeMismatch { what, digest, expected: self.size, actual: self.written }));
         }
+        let (_, actual) = self.hashed();
         if actual != self.digest {
             let (what, expected) = ("downloaded blob".to_string(), self.digest.clone());
             return Err(content(ArtifactError::DigestMismatch { what, expected, actual }));
@@ -271,6 +292,19 @@ impl PendingBlob {
         fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
         self.tmp.persist(&self.dest).map_err(|e| io_error(&self.dest, e.error))?;
         Ok(self.dest)
+    }
+}
+
+impl Write for PendingBlob {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.tmp.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tmp.flush()
     }
 }
 

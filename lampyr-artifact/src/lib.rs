@@ -8,11 +8,15 @@
 //! manifest whose one layer is the guest ELF. See `docs/artifacts.md`.
 
 pub mod cache;
+pub mod evict;
 pub mod layout;
+pub mod pack;
 pub mod platform;
 pub mod reference;
 pub mod registry;
 pub mod seal;
+mod session;
+pub mod structure;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -126,6 +130,33 @@ pub enum ArtifactError {
         size: u64,
         /// The limit.
         max: u64,
+    },
+    /// A descriptor declares more bytes than Lampyr accepts for what it names.
+    #[error("{what} {digest} declares {size} bytes, over the limit of {max}")]
+    Declared {
+        /// Which document or blob.
+        what: String,
+        /// Its digest.
+        digest: String,
+        /// The size declared.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Decompressing a layer gave other bytes than the layer it declares.
+    #[error(
+        "{what}: the compressed layer {packed} decompresses to {actual}, not to the {expected} the artifact pins \
+         (the compressed form was altered or built wrongly; nothing of it was kept)"
+    )]
+    Decompressed {
+        /// Which layer.
+        what: String,
+        /// Digest of the compressed blob.
+        packed: String,
+        /// What it must decompress to (digest, or size in bytes).
+        expected: String,
+        /// What it decompressed to.
+        actual: String,
     },
     /// A field holds a value other than the one required.
     #[error("{field}: expected {expected}, found {actual}")]

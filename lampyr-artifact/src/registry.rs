@@ -8,30 +8,26 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use http::HeaderValue;
 use oci_client::Reference;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
-use oci_client::secrets::RegistryAuth;
-use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
+use oci_spec::image::{Descriptor, ImageManifest};
+use sha2::Digest as _;
 
-use crate::MAX_ELF_BYTES;
-use crate::cache::{Cache, CacheError};
+use crate::cache::{Cache, CacheError, PendingBlob};
 use crate::layout::{self, MAX_JSON_BYTES, digest_hex, sha256_digest};
+use crate::pack::{Unpacker, check_unpacked};
 use crate::reference::Repository;
 use crate::seal::{ARTIFACT_ANNOTATION, MAX_SEALED_BYTES, MT_SEALED_LAYER, MT_TEMPLATE, SealedTemplate};
-use crate::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
-use crate::{
-    ArtifactError, ArtifactRef, MT_ARTIFACT, MT_EMPTY, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY, MT_HYPERLIGHT_TRANSPORT,
-    VerifiedArtifact, verify_layout,
-};
-
-const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+use crate::session::{GetError, Sessions};
+use crate::structure::{DataLayer, MT_INDEX, MT_MANIFEST, Structure, carried_manifest, index_entries};
+use crate::{ArtifactError, ArtifactRef, MT_EMPTY, VerifiedArtifact, verify_layout};
 /// The OCI empty config blob.
 const EMPTY_JSON: &[u8] = b"{}";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -168,6 +164,24 @@ pub enum RegistryError {
         /// What is wrong.
         reason: String,
     },
+    /// A compressed layer did not decompress to the layer the artifact pins.
+    #[error("{repository}: {source}")]
+    Unpacked {
+        /// The repository.
+        repository: String,
+        /// What was wrong with it.
+        source: Box<ArtifactError>,
+    },
+    /// A download broke off.
+    #[error("{repository}: {action} broke off: {detail} (nothing of it was kept; pull again)")]
+    Interrupted {
+        /// The repository.
+        repository: String,
+        /// What was being done, with the digest.
+        action: String,
+        /// The transport error and its causes, on one line.
+        detail: String,
+    },
     /// The local cache failed.
     #[error(transparent)]
     Cache(#[from] CacheError),
@@ -186,14 +200,8 @@ pub struct PulledTemplate {
 #[derive(Clone)]
 pub struct RegistryClient {
     client: oci_client::Client,
+    sessions: Arc<Sessions>,
     plain_http: Vec<String>,
-}
-
-/// One config or layer blob of an artifact, its size already checked against its kind's limit.
-struct Blob {
-    what: &'static str,
-    digest: String,
-    size: u64,
 }
 
 /// One request's context, for error messages.
@@ -236,7 +244,9 @@ impl RegistryClient {
             ..ClientConfig::default()
         };
         let client = oci_client(config).map_err(|e| RegistryError::Client(Box::new(e)))?;
-        Ok(RegistryClient { client, plain_http })
+        let sessions = Sessions::new(plain_http.clone(), CONNECT_TIMEOUT, READ_TIMEOUT)
+            .map_err(|e| RegistryError::Client(Box::new(OciDistributionError::RequestError(e))))?;
+        Ok(RegistryClient { client, sessions: Arc::new(sessions), plain_http })
     }
 
     /// A client for `repo`: plain HTTP to its registry only when it was spelled with `http://`.
@@ -244,9 +254,10 @@ impl RegistryClient {
         Self::new(repo.plain_http.then(|| repo.registry.clone()))
     }
 
-    /// Verifies the artifact `artifact_digest` in `layout`, then pushes its blobs,
-    /// both manifests and its index (by digest, and under `tag` if given) to `repo`,
-    /// byte for byte, skipping blobs the repository already has.
+    /// Verifies the artifact `artifact_digest` in `layout`, then pushes what travels
+    /// (configs, Hyperlight's manifest, each layer in its transport form: compressed
+    /// where the artifact packs it), both manifests and its index (by digest, and under
+    /// `tag` if given) to `repo`, byte for byte, skipping blobs the repository has.
     pub async fn push(
         &self,
         layout: &Path,
@@ -261,14 +272,18 @@ impl RegistryClient {
         let local = |e| verify_error(artifact_digest, layout, e, PUSH_HINT);
         verify_layout(layout, Some(artifact_digest)).map_err(local)?;
         let index_bytes = read_local_json(layout, artifact_digest, "artifact index").map_err(local)?;
-        let index: ImageIndex = parse_local("artifact index", &index_bytes).map_err(local)?;
-        for desc in index.manifests() {
+        let read = |d: &Descriptor, what: &str| read_local_json(layout, d.digest().as_ref(), what);
+        let artifact = Structure::read(artifact_digest, &index_bytes, read).map_err(local)?;
+        let mut uploads: Vec<(&str, Descriptor)> = artifact.json_blobs().into_iter().map(|(what, d)| (what, d.clone())).collect();
+        uploads.extend(artifact.layers().iter().map(|l| (l.what, l.transport().clone())));
+        futures::stream::iter(uploads)
+            .map(|(what, desc)| async move { self.push_blob(repo, layout, artifact_digest, what, &desc).await })
+            .buffer_unordered(PARALLEL_BLOBS)
+            .try_collect::<Vec<()>>()
+            .await?;
+        for desc in [&artifact.snapshot, &artifact.guest] {
             let digest = desc.digest().to_string();
             let bytes = read_local_json(layout, &digest, "manifest").map_err(local)?;
-            let manifest: ImageManifest = parse_local("manifest", &bytes).map_err(local)?;
-            for blob in std::iter::once(manifest.config()).chain(manifest.layers()) {
-                self.push_blob(repo, layout, artifact_digest, blob).await?;
-            }
             self.put_manifest(repo, &digest, &digest, bytes, MT_MANIFEST).await?;
         }
         self.put_manifest(repo, artifact_digest, artifact_digest, index_bytes.clone(), MT_INDEX).await?;
@@ -285,21 +300,56 @@ impl RegistryClient {
     }
 
     /// [`RegistryClient::pull`], returning the verified artifact.
+    ///
+    /// The index comes first, then both manifests together, then every blob the cache
+    /// lacks, [`PARALLEL_BLOBS`] at a time: each streamed to disk through its digest
+    /// (and, for a compressed layer, decompressed on the way into the form Hyperlight
+    /// loads, checked against the digest and size the pinned manifest records for it).
     pub async fn pull_verified(&self, repo: &Repository, digest: &str, cache: &Cache) -> Result<VerifiedArtifact, RegistryError> {
         self.check_scheme(repo)?;
         digest_hex(digest).map_err(input_error)?;
+        let _writing = cache.write_guard()?;
         let index_op = Op { repo, verb: "pulling", what: "artifact index", digest };
         let index_bytes = self.fetch_json(&index_op, None, MT_INDEX, cache).await?;
-        let index: ImageIndex = index_op.parse(&index_bytes)?;
-        index_op.expect("artifactType", MT_ARTIFACT, index.artifact_type().as_ref().map(|t| t.to_string()))?;
-        let [snapshot, guest] = index.manifests().as_slice() else {
-            return Err(index_op.not_artifact(format!("it lists {} manifests, not 2", index.manifests().len())));
+        let (snapshot, guest) = index_entries(&index_bytes).map_err(|e| index_op.artifact_error(e))?;
+        let (snapshot_bytes, guest_bytes) = futures::try_join!(
+            self.fetch_manifest(repo, &snapshot, "snapshot manifest", cache),
+            self.fetch_manifest(repo, &guest, "guest manifest", cache),
+        )?;
+        let carried = carried_manifest(&snapshot_bytes).map_err(|e| index_op.artifact_error(e))?;
+        let carried_bytes = match &carried {
+            Some(desc) => {
+                let layer = DataLayer { what: "Hyperlight manifest", native: desc.clone(), packed: None, max: MAX_JSON_BYTES };
+                self.fetch_blob(repo, &layer, cache).await?;
+                Some(cache.read_json(desc.digest().as_ref(), "Hyperlight manifest")?)
+            }
+            None => None,
         };
-        let mut blobs = self.pull_manifest(repo, snapshot, "snapshot manifest", cache).await?;
-        blobs.extend(self.pull_manifest(repo, guest, "guest manifest", cache).await?);
-        for blob in &blobs {
-            self.fetch_blob(repo, blob, cache).await?;
-        }
+        let fetched = |desc: &Descriptor, _: &str| -> Result<Vec<u8>, ArtifactError> {
+            let d = desc.digest().to_string();
+            let found = [(&snapshot, &snapshot_bytes), (&guest, &guest_bytes)].into_iter().find(|(s, _)| s.digest().to_string() == d);
+            match (found, carried.as_ref().zip(carried_bytes.as_ref())) {
+                (Some((_, bytes)), _) => Ok(bytes.clone()),
+                (None, Some((c, bytes))) if c.digest().to_string() == d => Ok(bytes.clone()),
+                _ => Err(ArtifactError::NotFound { reference: d, layout: cache.root().to_path_buf() }),
+            }
+        };
+        let artifact = Structure::read(digest, &index_bytes, fetched).map_err(|e| index_op.artifact_error(e))?;
+        let json = artifact.json_blobs().into_iter().map(|(what, desc)| DataLayer {
+            what,
+            native: desc.clone(),
+            packed: None,
+            max: MAX_JSON_BYTES,
+        });
+        let transfers: Vec<DataLayer> = json.chain(artifact.layers().into_iter().cloned()).collect();
+        // Every transfer runs to its end, even after one fails, so none is left writing
+        // into the cache once the pull returns.
+        let fetched: Vec<Result<(), RegistryError>> = futures::stream::iter(transfers)
+            .map(|layer| async move { self.fetch_blob(repo, &layer, cache).await })
+            .buffer_unordered(PARALLEL_BLOBS)
+            .collect()
+            .await;
+        fetched.into_iter().collect::<Result<Vec<()>, _>>()?;
         let layout = cache.materialise(digest)?;
         verify_layout(&layout, Some(digest)).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))
     }
@@ -357,6 +407,7 @@ impl RegistryClient {
     pub async fn pull_template(&self, repo: &Repository, digest: &str, cache: &Cache) -> Result<PulledTemplate, RegistryError> {
         self.check_scheme(repo)?;
         digest_hex(digest).map_err(input_error)?;
+        let _writing = cache.write_guard()?;
         let op = Op { repo, verb: "pulling", what: "sealed template manifest", digest };
         let bytes = self.fetch_json(&op, None, MT_MANIFEST, cache).await?;
         let manifest: ImageManifest = op.parse(&bytes)?;
@@ -372,10 +423,10 @@ impl RegistryClient {
             .filter(|d| digest_hex(d).is_ok())
             .ok_or_else(|| op.not_artifact(format!("annotation {ARTIFACT_ANNOTATION} is missing or not a digest")))?
             .clone();
-        let blob = Blob { what: "sealed template layer", digest: layer.digest().to_string(), size: layer.size() };
-        Op { repo, verb: "pulling", what: blob.what, digest: &blob.digest }.check_declared(blob.size, MAX_SEALED_BYTES)?;
-        self.fetch_blob(repo, &blob, cache).await?;
-        Ok(PulledTemplate { sealed: cache.blob_path(&blob.digest)?, artifact })
+        let sealed = DataLayer { what: "sealed template layer", native: layer.clone(), packed: None, max: MAX_SEALED_BYTES };
+        Op { repo, verb: "pulling", what: sealed.what, digest: layer.digest().as_ref() }.check_declared(layer.size(), MAX_SEALED_BYTES)?;
+        self.fetch_blob(repo, &sealed, cache).await?;
+        Ok(PulledTemplate { sealed: cache.blob_path(layer.digest().as_ref())?, artifact })
     }
 
     fn check_scheme(&self, repo: &Repository) -> Result<(), RegistryError> {
@@ -385,17 +436,23 @@ impl RegistryClient {
         Ok(())
     }
 
-    /// Pushes `blob` of artifact `artifact` from `layout` unless the repository already has it.
-    async fn push_blob(&self, repo: &Repository, layout: &Path, artifact: &str, blob: &Descriptor) -> Result<(), RegistryError> {
+    /// Pushes blob `blob` (`what`) of artifact `artifact` from `layout` unless the repository already has it.
+    async fn push_blob(
+        &self,
+        repo: &Repository,
+        layout: &Path,
+        artifact: &str,
+        what: &str,
+        blob: &Descriptor,
+    ) -> Result<(), RegistryError> {
         let digest: &str = blob.digest().as_ref();
-        let what = blob_kind(blob.media_type().as_ref()).map_or("blob", |(what, _)| what);
         if self.has_blob(repo, what, digest).await? {
             return Ok(());
         }
         let local = |e| verify_error(artifact, layout, e, PUSH_HINT);
         let path = layout::blob_path(layout, digest).map_err(local)?;
         let bytes = tokio::fs::read(&path).await.map_err(|e| local(ArtifactError::io(&path, e)))?;
-        self.upload(repo, what, digest, bytes).await
+        self.put_blob(repo, what, digest, bytes).await
     }
 
     /// Whether `repo` already holds blob `digest`.
@@ -409,6 +466,11 @@ impl RegistryClient {
         if self.has_blob(repo, what, digest).await? {
             return Ok(());
         }
+        self.put_blob(repo, what, digest, bytes).await
+    }
+
+    /// Pushes `bytes` as blob `digest`.
+    async fn put_blob(&self, repo: &Repository, what: &str, digest: &str, bytes: Vec<u8>) -> Result<(), RegistryError> {
         let op = Op { repo, verb: "pushing", what, digest };
         self.client.push_blob(&reference(repo, digest), bytes, digest).await.map_err(|e| op.fail(e))?;
         Ok(())
@@ -435,32 +497,18 @@ impl RegistryClient {
         Ok(())
     }
 
-    /// Fetches one image manifest (from the cache if there) and returns the blobs it names.
-    async fn pull_manifest(
+    /// Fetches the manifest `desc` names (from the cache if there), checked against it.
+    async fn fetch_manifest(
         &self,
         repo: &Repository,
         desc: &Descriptor,
         what: &'static str,
         cache: &Cache,
-    ) -> Result<Vec<Blob>, RegistryError> {
+    ) -> Result<Vec<u8>, RegistryError> {
         let digest = desc.digest().to_string();
         let op = Op { repo, verb: "pulling", what, digest: &digest };
-        op.expect("descriptor mediaType", MT_MANIFEST, Some(desc.media_type().to_string()))?;
         op.check_declared(desc.size(), MAX_JSON_BYTES)?;
-        let bytes = self.fetch_json(&op, Some(desc.size()), MT_MANIFEST, cache).await?;
-        let manifest: ImageManifest = op.parse(&bytes)?;
-        let mut blobs = Vec::new();
-        for blob in std::iter::once(manifest.config()).chain(manifest.layers()) {
-            let media_type = blob.media_type().to_string();
-            let blob_digest = blob.digest().to_string();
-            let Some((what, max)) = blob_kind(&media_type) else {
-                return Err(op.not_artifact(format!("it names a blob of unknown media type {media_type:?}")));
-            };
-            let blob_op = Op { repo, verb: "pulling", what, digest: &blob_digest };
-            blob_op.check_declared(blob.size(), max)?;
-            blobs.push(Blob { what, digest: blob_digest, size: blob.size() });
-        }
-        Ok(blobs)
+        self.fetch_json(&op, Some(desc.size()), MT_MANIFEST, cache).await
     }
 
     /// Returns JSON document `op.digest` from the cache, or fetches, checks and caches it.
@@ -468,9 +516,11 @@ impl RegistryClient {
         let bytes = if cache.blob_path(op.digest)?.is_file() {
             cache.read_json(op.digest, op.what)?
         } else {
-            let reference = reference(op.repo, op.digest);
-            let (bytes, _) =
-                self.client.pull_manifest_raw(&reference, &RegistryAuth::Anonymous, &[media_type]).await.map_err(|e| op.fail(e))?;
+            let bytes = match self.sessions.manifest(&self.client, op.repo, op.digest, media_type, MAX_JSON_BYTES).await {
+                Ok(bytes) => bytes,
+                Err(GetError::Client(e)) => return Err(op.fail(e)),
+                Err(GetError::Oversized(size)) => return Err(op.too_large(size, MAX_JSON_BYTES)),
+            };
             op.check_received(&bytes, MAX_JSON_BYTES)?;
             cache.insert(op.digest, &bytes)?;
             bytes.to_vec()
@@ -481,26 +531,146 @@ impl RegistryClient {
         Ok(bytes)
     }
 
-    /// Streams blob `blob` into the cache unless it is there; it lands only if complete and correct.
-    async fn fetch_blob(&self, repo: &Repository, blob: &Blob, cache: &Cache) -> Result<(), RegistryError> {
-        if cache.contains(&blob.digest, blob.size)? {
+    /// Streams `layer` into the cache unless it is there, as Hyperlight loads it: a
+    /// compressed layer is decompressed on the way. It lands only if complete and correct.
+    async fn fetch_blob(&self, repo: &Repository, layer: &DataLayer, cache: &Cache) -> Result<(), RegistryError> {
+        if cache.contains(layer.native.digest().as_ref(), layer.native.size())? {
             return Ok(());
         }
-        let op = Op { repo, verb: "pulling", what: blob.what, digest: &blob.digest };
-        let pending = cache.begin(&blob.digest, blob.size)?;
-        let file = pending.file().try_clone().map_err(|e| cache_io(cache, e))?;
-        let mut out = BoundedFile { file: tokio::fs::File::from_std(file), written: 0, limit: blob.size, overflowed: false };
-        let pulled = self.client.pull_blob(&reference(repo, &blob.digest), blob.digest.as_str(), &mut out).await;
-        if out.overflowed {
-            return Err(op.size_mismatch(blob.size, blob.size + 1));
+        let transport = layer.transport().digest().to_string();
+        let op = Op { repo, verb: "pulling", what: layer.what, digest: &transport };
+        let sized = self.client.pull_blob_stream(&reference(repo, &transport), transport.as_str()).await.map_err(|e| op.fail(e))?;
+        if let Some(length) = sized.content_length.filter(|l| *l != layer.transport().size()) {
+            return Err(op.size_mismatch(layer.transport().size(), length));
         }
-        pulled.map_err(|e| op.fail(e))?;
-        if out.written != blob.size {
-            return Err(op.size_mismatch(blob.size, out.written));
+        let sink = BlobSink::new(layer, cache)?;
+        let (chunks, received) = tokio::sync::mpsc::channel(SINK_CHUNKS);
+        let writing = tokio::task::spawn_blocking(move || sink.run(received));
+        let mut stream = sized.stream;
+        while let Some(chunk) = stream.next().await {
+            let failed = chunk.is_err();
+            // The sink stops taking chunks when it refuses the blob; its answer says why.
+            if chunks.send(chunk).await.is_err() || failed {
+                break;
+            }
         }
-        drop(out);
-        tokio::task::spawn_blocking(move || pending.commit()).await.map_err(|e| cache_io(cache, io::Error::other(e)))??;
-        Ok(())
+        drop(chunks);
+        let written = writing.await.map_err(|e| cache_io(cache, io::Error::other(e)))?;
+        written.map_err(|e| e.into_registry(&op))
+    }
+}
+
+/// How many blobs of one artifact are fetched or pushed at once.
+pub const PARALLEL_BLOBS: usize = 4;
+/// Chunks in flight between a download and the thread writing it.
+const SINK_CHUNKS: usize = 8;
+
+/// Where one download goes, on a blocking thread: hashed as it arrives, decompressed
+/// when the layer travels packed, and written into a pending blob of the cache.
+struct BlobSink {
+    layer: DataLayer,
+    hasher: sha2::Sha256,
+    received: u64,
+    output: SinkOutput,
+}
+
+enum SinkOutput {
+    Plain(PendingBlob),
+    Packed(Box<Unpacker<PendingBlob>>),
+    /// The decompressed form was refused (its output discarded); the rest is still
+    /// hashed, so altered transport bytes are reported as such first.
+    Refused(ArtifactError),
+}
+
+/// Why a download did not land.
+enum SinkError {
+    Size { expected: u64, actual: u64 },
+    Digest { actual: String },
+    Unpacked(ArtifactError),
+    Transport(io::Error),
+    Cache(CacheError),
+}
+
+impl BlobSink {
+    fn new(layer: &DataLayer, cache: &Cache) -> Result<Self, RegistryError> {
+        let pending = cache.begin(layer.native.digest().as_ref(), layer.native.size())?;
+        let output = match layer.packed {
+            Some(_) => SinkOutput::Packed(Box::new(Unpacker::new(layer, pending).map_err(input_error)?)),
+            None => SinkOutput::Plain(pending),
+        };
+        Ok(BlobSink { layer: layer.clone(), hasher: sha2::Sha256::new(), received: 0, output })
+    }
+
+    fn run(mut self, mut chunks: tokio::sync::mpsc::Receiver<Result<Bytes, io::Error>>) -> Result<(), SinkError> {
+        let expected = self.layer.transport().size();
+        while let Some(chunk) = chunks.blocking_recv() {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                // oci-client ends a stream whose digest differs with an error: say which.
+                Err(_) if self.received == expected && self.digest() != self.layer.transport().digest().as_ref() => {
+                    return Err(SinkError::Digest { actual: self.digest() });
+                }
+                Err(e) => return Err(SinkError::Transport(e)),
+            };
+            if self.received + chunk.len() as u64 > expected {
+                return Err(SinkError::Size { expected, actual: self.received + chunk.len() as u64 });
+            }
+            self.received += chunk.len() as u64;
+            self.hasher.update(&chunk);
+            let refused = match &mut self.output {
+                SinkOutput::Plain(pending) => pending.write_all(&chunk).map_err(SinkError::Cache).err(),
+                SinkOutput::Packed(unpacker) => unpacker.write(&chunk).err().map(SinkError::Unpacked),
+                SinkOutput::Refused(_) => None,
+            };
+            match refused {
+                Some(SinkError::Unpacked(e)) => self.output = SinkOutput::Refused(e),
+                Some(e) => return Err(e),
+                None => {}
+            }
+        }
+        if self.received != expected {
+            return Err(SinkError::Size { expected, actual: self.received });
+        }
+        let actual = self.digest();
+        if actual != self.layer.transport().digest().as_ref() {
+            return Err(SinkError::Digest { actual });
+        }
+        let pending = match self.output {
+            SinkOutput::Plain(pending) => pending,
+            SinkOutput::Packed(unpacker) => {
+                let pending = unpacker.finish().map_err(SinkError::Unpacked)?;
+                let (len, digest) = pending.hashed();
+                check_unpacked(&self.layer, len, &digest).map_err(SinkError::Unpacked)?;
+                pending
+            }
+            SinkOutput::Refused(e) => return Err(SinkError::Unpacked(e)),
+        };
+        pending.commit().map(drop).map_err(SinkError::Cache)
+    }
+
+    fn digest(&self) -> String {
+        format!("sha256:{}", hex::encode(self.hasher.clone().finalize()))
+    }
+}
+
+impl SinkError {
+    fn into_registry(self, op: &Op<'_>) -> RegistryError {
+        match self {
+            SinkError::Size { expected, actual } => op.size_mismatch(expected, actual),
+            SinkError::Digest { actual } => RegistryError::DigestMismatch {
+                what: op.what.to_string(),
+                repository: op.repo.to_string(),
+                expected: op.digest.to_string(),
+                actual,
+            },
+            SinkError::Unpacked(source) => RegistryError::Unpacked { repository: op.repo.to_string(), source: Box::new(source) },
+            SinkError::Transport(e) => RegistryError::Interrupted {
+                repository: op.repo.to_string(),
+                action: format!("{} {} {}", op.verb, op.what, op.digest),
+                detail: error_chain(&e),
+            },
+            SinkError::Cache(e) => RegistryError::Cache(e),
+        }
     }
 }
 
@@ -525,17 +695,31 @@ impl Op<'_> {
         }
     }
 
+    /// An artifact's documents, fetched, do not describe a Lampyr artifact (or declare too much).
+    fn artifact_error(&self, e: ArtifactError) -> RegistryError {
+        match e {
+            ArtifactError::Declared { what, digest, size, max } => {
+                RegistryError::TooLarge { what, repository: self.repo.to_string(), digest, size, max }
+            }
+            e => self.not_artifact(e.to_string()),
+        }
+    }
+
     fn check_declared(&self, size: u64, max: u64) -> Result<(), RegistryError> {
         if size > max {
-            return Err(RegistryError::TooLarge {
-                what: self.what.to_string(),
-                repository: self.repo.to_string(),
-                digest: self.digest.to_string(),
-                size,
-                max,
-            });
+            return Err(self.too_large(size, max));
         }
         Ok(())
+    }
+
+    fn too_large(&self, size: u64, max: u64) -> RegistryError {
+        RegistryError::TooLarge {
+            what: self.what.to_string(),
+            repository: self.repo.to_string(),
+            digest: self.digest.to_string(),
+            size,
+            max,
+        }
     }
 
     /// Checks bytes received for `self.digest`: at most `max` of them, hashing to the digest.
@@ -581,49 +765,6 @@ impl Op<'_> {
 
     fn parse<T: serde::de::DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, RegistryError> {
         serde_json::from_slice(bytes).map_err(|e| self.not_artifact(format!("it does not parse: {e}")))
-    }
-}
-
-/// A file that accepts at most `limit` bytes, so a registry cannot send more than declared.
-struct BoundedFile {
-    file: tokio::fs::File,
-    written: u64,
-    limit: u64,
-    overflowed: bool,
-}
-
-impl tokio::io::AsyncWrite for BoundedFile {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if this.written + buf.len() as u64 > this.limit {
-            this.overflowed = true;
-            return Poll::Ready(Err(io::Error::other("the registry sent more bytes than the descriptor declares")));
-        }
-        let poll = Pin::new(&mut this.file).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = poll {
-            this.written += n as u64;
-        }
-        poll
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_shutdown(cx)
-    }
-}
-
-/// What a blob of `media_type` is called and how large it may be.
-fn blob_kind(media_type: &str) -> Option<(&'static str, u64)> {
-    match media_type {
-        MT_HYPERLIGHT_CONFIG => Some(("snapshot config", MAX_JSON_BYTES)),
-        MT_HYPERLIGHT_MEMORY => Some(("snapshot memory layer", MAX_MEMORY_BYTES)),
-        MT_HYPERLIGHT_TRANSPORT => Some(("snapshot transport layer", MAX_TRANSPORT_BYTES)),
-        MT_EMPTY => Some(("guest config", MAX_JSON_BYTES)),
-        MT_GUEST_ELF => Some(("guest ELF layer", MAX_ELF_BYTES)),
-        _ => None,
     }
 }
 
@@ -680,10 +821,6 @@ fn read_local_json(layout: &Path, digest: &str, what: &str) -> Result<Vec<u8>, A
         return Err(ArtifactError::DigestMismatch { what: what.to_string(), expected: digest.to_string(), actual });
     }
     Ok(bytes)
-}
-
-fn parse_local<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, ArtifactError> {
-    serde_json::from_slice(bytes).map_err(|e| ArtifactError::Malformed { what: what.to_string(), reason: e.to_string() })
 }
 
 fn verify_error(digest: &str, layout: &Path, source: ArtifactError, hint: &'static str) -> RegistryError {

@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use age::secrecy::ExposeSecret;
-use oci_spec::image::{ImageIndex, ImageManifest};
 
 use crate::MAX_ELF_BYTES;
 use crate::cache::{Cache, CacheError};
-use crate::layout::{MAX_JSON_BYTES, blob_path, digest_hex, hash_reader};
+use crate::layout::{MAX_JSON_BYTES, blob_path, digest_hex, hash_reader, read_blob};
+use crate::pack::ZSTD_LEVEL;
+use crate::structure::Structure;
 use crate::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
 use crate::{ArtifactError, VerifiedArtifact, verify_layout};
 
@@ -31,13 +32,18 @@ pub const MT_SEALED_LAYER: &str = "application/vnd.lampyr.fiber.template.v1.age"
 pub const ARTIFACT_ANNOTATION: &str = "dev.lampyr.fiber.artifact";
 /// Largest sealed layer accepted: every blob of an artifact at its limit, plus age's overhead.
 pub const MAX_SEALED_BYTES: u64 = {
-    let blobs = MAX_MEMORY_BYTES + MAX_TRANSPORT_BYTES + MAX_ELF_BYTES + 5 * MAX_JSON_BYTES;
+    let blobs = MAX_MEMORY_BYTES + MAX_TRANSPORT_BYTES + MAX_ELF_BYTES + 6 * MAX_JSON_BYTES;
     blobs + blobs / 1024 + 64 * 1024
 };
 /// First line of a sealed template's plaintext, followed by the artifact digest.
 const BUNDLE_MAGIC: &str = "lampyr-sealed-artifact-v1";
-/// Blobs of one artifact: index, two manifests, two configs, three layers.
-const MAX_BUNDLE_BLOBS: usize = 8;
+/// Blobs of one artifact: index, two manifests, two configs, Hyperlight's manifest, three layers.
+const MAX_BUNDLE_BLOBS: usize = 9;
+/// Most bytes the blobs of one bundle declare in all (and the most a compressed bundle
+/// decompresses to): every blob at its limit.
+const MAX_BUNDLE_BYTES: u64 = MAX_MEMORY_BYTES + MAX_TRANSPORT_BYTES + MAX_ELF_BYTES + 6 * MAX_JSON_BYTES + 4096;
+/// The first bytes of a zstd frame.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// Longest header line of the plaintext.
 const MAX_LINE: u64 = 256;
 
@@ -169,7 +175,9 @@ pub fn seal_artifact(layout: &Path, digest: &str, recipient: &FleetPublicKey, ou
     let file = fs::File::create(out).map_err(io_err)?;
     let encryptor =
         age::Encryptor::with_recipients(iter::once(&recipient.0 as &dyn age::Recipient)).map_err(|e| SealError::Seal(e.to_string()))?;
-    let mut writer = encryptor.wrap_output(BufWriter::new(file)).map_err(io_err)?;
+    let sealed = encryptor.wrap_output(BufWriter::new(file)).map_err(io_err)?;
+    // Compressed before it is sealed: the snapshot's zero pages would otherwise travel as they are.
+    let mut writer = zstd::stream::write::Encoder::new(sealed, ZSTD_LEVEL).map_err(io_err)?;
     writeln!(writer, "{BUNDLE_MAGIC} {digest}").map_err(io_err)?;
     for blob in &blobs {
         let path = blob_path(layout, blob).map_err(artifact)?;
@@ -181,7 +189,7 @@ pub fn seal_artifact(layout: &Path, digest: &str, recipient: &FleetPublicKey, ou
             return Err(SealError::Io { path, source: io::Error::other("the blob changed while it was sealed") });
         }
     }
-    writer.finish().and_then(|mut w| w.flush()).map_err(io_err)?;
+    writer.finish().and_then(|sealed| sealed.finish()).and_then(|mut w| w.flush()).map_err(io_err)?;
     let mut sealed = fs::File::open(out).map_err(io_err)?;
     let (size, sealed_digest) = hash_reader(&mut sealed).map_err(io_err)?;
     Ok(SealedTemplate { path: out.to_path_buf(), digest: sealed_digest, size, artifact: digest.to_string() })
@@ -193,10 +201,19 @@ pub fn seal_artifact(layout: &Path, digest: &str, recipient: &FleetPublicKey, ou
 ///
 /// Blocks while it decrypts and hashes: call it off the serving path.
 pub fn open_artifact(sealed: &Path, key: &FleetKey, digest: &str, cache: &Cache) -> Result<VerifiedArtifact, SealError> {
+    let _writing = cache.write_guard()?;
     let file = fs::File::open(sealed).map_err(|source| SealError::Io { path: sealed.to_path_buf(), source })?;
     let decryptor = age::Decryptor::new_buffered(BufReader::new(file)).map_err(|e| SealError::Open(e.to_string()))?;
     let stream = decryptor.decrypt(iter::once(&key.0 as &dyn age::Identity)).map_err(|e| SealError::Open(e.to_string()))?;
-    let mut reader = BufReader::new(stream);
+    let mut opened = BufReader::new(stream);
+    let compressed = opened.fill_buf().map_err(|e| SealError::Open(e.to_string()))?.starts_with(&ZSTD_MAGIC);
+    // Templates sealed before compressed transport hold the bundle as it is.
+    let mut reader: Box<dyn BufRead> = if compressed {
+        let decoder = zstd::stream::read::Decoder::with_buffer(opened).map_err(|e| SealError::Open(e.to_string()))?;
+        Box::new(BufReader::new(decoder.take(MAX_BUNDLE_BYTES)))
+    } else {
+        Box::new(opened)
+    };
     let header = read_line(&mut reader)?.ok_or_else(|| SealError::Malformed("it is empty".into()))?;
     let found = header
         .strip_prefix(BUNDLE_MAGIC)
@@ -205,36 +222,30 @@ pub fn open_artifact(sealed: &Path, key: &FleetKey, digest: &str, cache: &Cache)
     if found != digest {
         return Err(SealError::WrongArtifact { expected: digest.to_string(), found: found.to_string() });
     }
-    let mut count = 0;
+    let (mut count, mut total) = (0, 0u64);
     while let Some(line) = read_line(&mut reader)? {
         count += 1;
         if count > MAX_BUNDLE_BLOBS {
             return Err(SealError::Malformed(format!("it holds more than {MAX_BUNDLE_BLOBS} blobs")));
         }
         let (blob, size) = parse_entry(&line)?;
+        total += size;
+        if total > MAX_BUNDLE_BYTES {
+            return Err(SealError::Malformed(format!("its blobs declare more than {MAX_BUNDLE_BYTES} bytes in all")));
+        }
         store_blob(&mut reader, blob, size, cache)?;
     }
     let layout = cache.materialise(digest)?;
     verify_layout(&layout, Some(digest)).map_err(|source| SealError::Artifact { digest: digest.to_string(), source: Box::new(source) })
 }
 
-/// Every blob digest of artifact `digest` in `layout`: index, manifests, configs, layers.
+/// Every blob of artifact `digest` in `layout` a node keeps (documents and layers as
+/// loaded; the sealed stream is compressed as a whole).
 fn artifact_blobs(layout: &Path, digest: &str) -> Result<Vec<String>, ArtifactError> {
-    let read = |d: &str| -> Result<Vec<u8>, ArtifactError> {
-        let path = blob_path(layout, d)?;
-        fs::read(&path).map_err(|e| ArtifactError::io(&path, e))
-    };
-    let malformed = |what: &str, e: serde_json::Error| ArtifactError::Malformed { what: what.to_string(), reason: e.to_string() };
-    let index: ImageIndex = serde_json::from_slice(&read(digest)?).map_err(|e| malformed("artifact index", e))?;
-    let mut blobs = vec![digest.to_string()];
-    for desc in index.manifests() {
-        let manifest_digest = desc.digest().to_string();
-        let manifest: ImageManifest = serde_json::from_slice(&read(&manifest_digest)?).map_err(|e| malformed("manifest", e))?;
-        blobs.push(manifest_digest);
-        blobs.extend(iter::once(manifest.config()).chain(manifest.layers()).map(|d| d.digest().to_string()));
-    }
-    blobs.dedup();
-    Ok(blobs)
+    let read = |desc: &oci_spec::image::Descriptor, what: &str| read_blob(layout, desc, what, MAX_JSON_BYTES);
+    let index_path = blob_path(layout, digest)?;
+    let index_bytes = fs::read(&index_path).map_err(|e| ArtifactError::io(&index_path, e))?;
+    Ok(Structure::read(digest, &index_bytes, read)?.native_blobs())
 }
 
 /// One `\n`-terminated header line of the plaintext, `None` at its end.
@@ -269,19 +280,16 @@ fn store_blob(reader: &mut impl Read, digest: &str, size: u64, cache: &Cache) ->
         let skipped = io::copy(&mut body, &mut io::sink()).map_err(|e| SealError::Open(e.to_string()))?;
         return check_complete(digest, size, skipped);
     }
-    let pending = cache.begin(digest, size)?;
-    let mut out = pending.file();
+    let mut pending = cache.begin(digest, size)?;
     let mut buf = vec![0u8; 64 * 1024];
-    let mut copied = 0u64;
     loop {
         let n = body.read(&mut buf).map_err(|e| SealError::Open(e.to_string()))?;
         if n == 0 {
             break;
         }
-        out.write_all(&buf[..n]).map_err(|source| SealError::Io { path: cache.root().join("tmp"), source })?;
-        copied += n as u64;
+        pending.write_all(&buf[..n])?;
     }
-    check_complete(digest, size, copied)?;
+    check_complete(digest, size, pending.written())?;
     pending.commit()?;
     Ok(())
 }

@@ -3,22 +3,18 @@
 
 use std::path::{Path, PathBuf};
 
-use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
+use oci_spec::image::{Descriptor, ImageIndex};
 use serde::Deserialize;
 
 use super::layout::{MAX_JSON_BYTES, blob_path, read_blob, read_index, verify_blob_file};
 use super::platform::Platform;
-use super::{
-    ARTIFACT_TAG, ArtifactError, FiberMetadata, HYPERLIGHT_SNAPSHOT_ABI, HYPERLIGHT_VERSION, MAX_ELF_BYTES, METADATA_NAMESPACE,
-    MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY, MT_HYPERLIGHT_TRANSPORT,
-};
+use super::structure::{Structure, packed_limit};
+use super::{ARTIFACT_TAG, ArtifactError, FiberMetadata, HYPERLIGHT_SNAPSHOT_ABI, HYPERLIGHT_VERSION, METADATA_NAMESPACE};
 
 /// Largest snapshot memory layer accepted.
 pub const MAX_MEMORY_BYTES: u64 = 1024 * 1024 * 1024;
 /// Largest transport layer accepted.
 pub const MAX_TRANSPORT_BYTES: u64 = 16 * 1024 * 1024;
-const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 
 /// Whether the snapshot can be restored on this host as it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,31 +78,23 @@ struct HyperlightConfig {
     metadata: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Verifies the artifact `pin` (or the layout's `lampyr` tag) in the layout at `layout`.
+/// Verifies the artifact `pin` (or the layout's `lampyr` tag) in the layout at `layout`:
+/// every document and every layer as loaded is read and checked against its digest; a
+/// compressed transport form the layout holds is checked too (a pulled layout keeps
+/// only what is loaded).
 pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifact, ArtifactError> {
-    let index = read_index(layout)?;
-    let desc = select_artifact(&index, layout, pin)?;
-    let digest = desc.digest().to_string();
-    let artifact: ImageIndex = parse_json("artifact index", &read_blob(layout, desc, "artifact index", MAX_JSON_BYTES)?)?;
-    expect("artifact index mediaType", MT_INDEX, artifact.media_type().as_ref().map(|m| m.to_string()))?;
-    expect("artifact index artifactType", MT_ARTIFACT, artifact.artifact_type().as_ref().map(|m| m.to_string()))?;
-    let [snap_desc, guest_desc] = artifact.manifests().as_slice() else {
-        return Err(unexpected("artifact index manifests", "2 entries", artifact.manifests().len()));
-    };
-
-    let snap = read_manifest(layout, snap_desc, "snapshot manifest", MT_HYPERLIGHT_CONFIG)?;
-    expect_layers(&snap, "snapshot manifest", &[MT_HYPERLIGHT_MEMORY, MT_HYPERLIGHT_TRANSPORT])?;
-    let config_bytes = read_blob(layout, snap.config(), "snapshot config", MAX_JSON_BYTES)?;
+    let artifact = layout_structure(layout, pin)?;
+    let digest = artifact.digest.clone();
+    let config_bytes = read_blob(layout, &artifact.config, "snapshot config", MAX_JSON_BYTES)?;
     let (platform, metadata) = parse_snapshot_config(&config_bytes)?;
-    let (memory, transport) = (&snap.layers()[0], &snap.layers()[1]);
-    verify_blob_file(layout, memory, "snapshot memory layer", MAX_MEMORY_BYTES)?;
-    verify_blob_file(layout, transport, "snapshot transport layer", MAX_TRANSPORT_BYTES)?;
-
-    let guest = read_manifest(layout, guest_desc, "guest manifest", MT_GUEST)?;
-    expect_layers(&guest, "guest manifest", &[MT_GUEST_ELF])?;
-    expect("guest manifest config.mediaType", MT_EMPTY, Some(guest.config().media_type().to_string()))?;
-    let elf = &guest.layers()[0];
-    verify_blob_file(layout, elf, "guest ELF layer", MAX_ELF_BYTES)?;
+    for layer in artifact.layers() {
+        verify_blob_file(layout, &layer.native, layer.what, layer.max)?;
+        if let Some(packed) = layer.packed.as_ref().filter(|p| blob_path(layout, p.digest().as_ref()).is_ok_and(|p| p.is_file())) {
+            verify_blob_file(layout, packed, layer.what, packed_limit(layer.max))?;
+        }
+    }
+    read_blob(layout, &artifact.guest_config, "guest config", MAX_JSON_BYTES)?;
+    let elf = &artifact.elf.native;
     expect("metadata guestElfDigest", elf.digest().as_ref(), Some(metadata.guest_elf_digest.clone()))?;
 
     let fit = match Platform::host().mismatch(&platform) {
@@ -116,13 +104,27 @@ pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifac
     Ok(VerifiedArtifact {
         layout: layout.to_path_buf(),
         digest,
-        snapshot_manifest: snap_desc.digest().to_string(),
+        snapshot_manifest: artifact.hyperlight_manifest.digest().to_string(),
         guest_elf: blob_path(layout, elf.digest().as_ref())?,
         metadata,
         platform,
         fit,
-        sizes: BlobSizes { memory: memory.size(), transport: transport.size(), config: snap.config().size(), elf: elf.size() },
+        sizes: BlobSizes {
+            memory: artifact.memory.native.size(),
+            transport: artifact.transport.native.size(),
+            config: artifact.config.size(),
+            elf: elf.size(),
+        },
     })
+}
+
+/// What the artifact `pin` (or the layout's `lampyr` tag) in `layout` names, its
+/// documents checked against their digests (its layers are not read).
+pub fn layout_structure(layout: &Path, pin: Option<&str>) -> Result<Structure, ArtifactError> {
+    let index = read_index(layout)?;
+    let desc = select_artifact(&index, layout, pin)?;
+    let index_bytes = read_blob(layout, desc, "artifact index", MAX_JSON_BYTES)?;
+    Structure::read(desc.digest().as_ref(), &index_bytes, |d, what| read_blob(layout, d, what, MAX_JSON_BYTES))
 }
 
 /// Checks Hyperlight's snapshot config (format version) and returns where the
@@ -145,21 +147,6 @@ fn select_artifact<'a>(index: &'a ImageIndex, layout: &Path, pin: Option<&str>) 
     };
     let reference = pin.map_or_else(|| format!("tagged {ARTIFACT_TAG:?}"), str::to_string);
     found.ok_or_else(|| ArtifactError::NotFound { reference, layout: layout.to_path_buf() })
-}
-
-fn read_manifest(layout: &Path, desc: &Descriptor, what: &str, artifact_type: &str) -> Result<ImageManifest, ArtifactError> {
-    expect(&format!("{what} descriptor mediaType"), MT_MANIFEST, Some(desc.media_type().to_string()))?;
-    let manifest: ImageManifest = parse_json(what, &read_blob(layout, desc, what, MAX_JSON_BYTES)?)?;
-    expect(&format!("{what} artifactType"), artifact_type, manifest.artifact_type().as_ref().map(|m| m.to_string()))?;
-    Ok(manifest)
-}
-
-fn expect_layers(manifest: &ImageManifest, what: &str, media_types: &[&str]) -> Result<(), ArtifactError> {
-    let found: Vec<String> = manifest.layers().iter().map(|l| l.media_type().to_string()).collect();
-    if found != media_types {
-        return Err(unexpected(&format!("{what} layers"), &format!("{media_types:?}"), format!("{found:?}")));
-    }
-    Ok(())
 }
 
 fn lampyr_metadata(config: &HyperlightConfig) -> Result<FiberMetadata, ArtifactError> {

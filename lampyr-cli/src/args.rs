@@ -53,6 +53,22 @@ pub enum Command {
     /// Deploy Knative Services to the installation: push the artifact, seal and push the
     /// fiberd template, apply the Service and wait until it is Ready.
     Deploy(DeployArgs),
+    /// Show or prune the local artifact cache (pulled artifacts and `ly run`'s builds).
+    #[command(subcommand)]
+    Cache(CacheCommand),
+}
+
+/// `ly cache …`
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// List what the cache holds, most recently used first, and its size against the limit.
+    Show,
+    /// Evict least-recently-used entries nothing is using down to the limit.
+    Prune {
+        /// Size to prune to (a quantity: 10Gi, 500Mi, 0); default $LAMPYR_CACHE_MAX_BYTES, else 10Gi.
+        #[arg(long)]
+        max_bytes: Option<String>,
+    },
 }
 
 /// `ly deploy …`

@@ -49,6 +49,36 @@ fn build_push_pull_inspect_verify() {
     assert_eq!(json["metadata"]["abiVersion"], 1);
     assert_eq!(json["fitsHost"], true);
     assert!(json["layout"].as_str().expect("layout").starts_with(cache.to_str().expect("utf-8")), "pulled into the cache");
+
+    // `ly cache` lists the pulled artifact and prunes it under a small limit (no `ly`
+    // process uses it any more), leaving the cache empty.
+    let shown = ly(&["cache", "show"], &cache);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert!(
+        stdout(&shown).lines().any(|l| l.starts_with("artifact") && l.contains(&digest) && !l.contains("in use")),
+        "{}",
+        stdout(&shown)
+    );
+    let pruned = ly(&["cache", "prune", "--max-bytes", "1Ki"], &cache);
+    assert!(pruned.status.success(), "{}", stderr(&pruned));
+    assert!(stderr(&pruned).contains(&format!("evicted {digest}")), "{}", stderr(&pruned));
+    let shown = ly(&["cache", "show"], &cache);
+    assert!(!stdout(&shown).contains(&digest), "{}", stdout(&shown));
+    let bad = ly(&["cache", "prune", "--max-bytes", "lots"], &cache);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("is not a size"), "{}", stderr(&bad));
+
+    // The limit applies on its own after a pull: with a limit of 1 KiB, what the pull
+    // just brought in is still kept for this `ly` process while it runs, then evictable.
+    let limited = Command::new(env!("CARGO_BIN_EXE_ly"))
+        .args(["snapshot", "inspect", "--json", &reference])
+        .env("LAMPYR_CACHE_DIR", &cache)
+        .env("LAMPYR_CACHE_MAX_BYTES", "1Ki")
+        .output()
+        .expect("ly runs");
+    assert!(limited.status.success(), "{}", stderr(&limited));
+    let shown = ly(&["cache", "show"], &cache);
+    assert!(stdout(&shown).contains(&digest), "the pulled artifact was leased while ly used it:\n{}", stdout(&shown));
 }
 
 #[test]

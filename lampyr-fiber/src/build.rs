@@ -7,12 +7,12 @@ use hyperlight_common::flatbuffer_wrappers::guest_error::ErrorCode;
 use hyperlight_host::sandbox::snapshot::OciTag;
 use hyperlight_host::{HyperlightError, Sandbox, SandboxBuilder};
 use lampyr_abi::{ABI_VERSION, ABI_VERSION_FUNCTION, HANDLE_FUNCTION, INIT_FUNCTION};
-use serde_json::json;
 
-use lampyr_artifact::layout::{read_index, sha256_digest, write_blob, write_index};
+use lampyr_artifact::layout::sha256_digest;
+use lampyr_artifact::pack::write_artifact;
+use lampyr_artifact::structure::Form;
 use lampyr_artifact::{
-    ARTIFACT_TAG, ArtifactError, FiberMetadata, MAX_ELF_BYTES, METADATA_NAMESPACE, MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF,
-    MT_HYPERLIGHT_CONFIG, PlatformFit, SNAPSHOT_TAG, VerifiedArtifact, verify_layout,
+    ArtifactError, FiberMetadata, MAX_ELF_BYTES, METADATA_NAMESPACE, PlatformFit, SNAPSHOT_TAG, VerifiedArtifact, verify_layout,
 };
 
 const PAGE: u64 = 4096;
@@ -136,7 +136,7 @@ pub fn build_artifact(elf: &Path, out: &Path, opts: &BuildOptions) -> Result<Bui
         .save(out, &tag)
         .map_err(|e| ArtifactError::hyperlight(format!("saving the snapshot to {}", out.display()), e))?
         .to_string();
-    let digest = write_artifact_index(out, &snapshot_manifest, &elf_bytes)?;
+    let digest = write_artifact(out, &snapshot_manifest, &elf_bytes, Form::Packed)?;
     Ok(BuiltArtifact { layout: out.to_path_buf(), digest, snapshot_manifest, metadata })
 }
 
@@ -164,75 +164,6 @@ fn read_elf(path: &Path) -> Result<Vec<u8>, ArtifactError> {
         return Err(ArtifactError::TooLarge { what: path.display().to_string(), size: len, max: MAX_ELF_BYTES });
     }
     std::fs::read(path).map_err(|e| ArtifactError::io(path, e))
-}
-
-/// Adds the guest manifest and the artifact index around Hyperlight's
-/// snapshot manifest, tags the index `lampyr`, and returns its digest.
-fn write_artifact_index(out: &Path, snapshot_manifest: &str, elf: &[u8]) -> Result<String, ArtifactError> {
-    let empty = write_blob(out, b"{}")?;
-    let elf_digest = write_blob(out, elf)?;
-    let guest_manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": MT_GUEST,
-        "config": {"mediaType": MT_EMPTY, "digest": empty, "size": 2},
-        "layers": [{"mediaType": MT_GUEST_ELF, "digest": elf_digest, "size": elf.len()}],
-    });
-    let guest_bytes = to_json(&guest_manifest)?;
-    let guest_digest = write_blob(out, &guest_bytes)?;
-
-    let mut index = read_index(out)?;
-    let snap_desc = index
-        .manifests()
-        .iter()
-        .find(|d| d.digest().to_string() == snapshot_manifest)
-        .ok_or_else(|| ArtifactError::NotFound { reference: snapshot_manifest.to_string(), layout: out.to_path_buf() })?;
-    // Carry Hyperlight's platform annotations (they live only on index descriptors).
-    let platform: serde_json::Map<String, serde_json::Value> = snap_desc
-        .annotations()
-        .iter()
-        .flatten()
-        .filter(|(k, _)| k.starts_with("dev.hyperlight."))
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
-    let artifact = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "artifactType": MT_ARTIFACT,
-        "manifests": [
-            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "artifactType": MT_HYPERLIGHT_CONFIG,
-             "digest": snapshot_manifest, "size": snap_desc.size(), "annotations": platform},
-            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "artifactType": MT_GUEST,
-             "digest": guest_digest, "size": guest_bytes.len()},
-        ],
-    });
-    let artifact_bytes = to_json(&artifact)?;
-    let artifact_digest = write_blob(out, &artifact_bytes)?;
-
-    let tagged = json!({
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "digest": artifact_digest,
-        "size": artifact_bytes.len(),
-        "annotations": {"org.opencontainers.image.ref.name": ARTIFACT_TAG},
-    });
-    let tagged = serde_json::from_value(tagged)
-        .map_err(|e| ArtifactError::Malformed { what: "artifact descriptor".into(), reason: e.to_string() })?;
-    let mut manifests: Vec<_> = index
-        .manifests()
-        .iter()
-        .filter(|d| {
-            d.annotations().as_ref().and_then(|a| a.get("org.opencontainers.image.ref.name")).map(String::as_str) != Some(ARTIFACT_TAG)
-        })
-        .cloned()
-        .collect();
-    manifests.push(tagged);
-    index.set_manifests(manifests);
-    write_index(out, &index)?;
-    Ok(artifact_digest)
-}
-
-fn to_json(value: &serde_json::Value) -> Result<Vec<u8>, ArtifactError> {
-    serde_json::to_vec(value).map_err(|e| ArtifactError::Malformed { what: "generated JSON".into(), reason: e.to_string() })
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Moving artifacts through a real registry (Debian's `docker-registry`):
-//! byte-exact push and pull by digest into the cache, and refusal of missing,
-//! tampered and oversized content with messages naming what is wrong.
+//! byte-exact push and pull by digest into the cache (compressed on the wire,
+//! native in the cache), artifacts of the previous uncompressed form, concurrent
+//! pulls, and refusal of missing, tampered, oversized and bomb content with
+//! messages naming what is wrong.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -12,9 +14,12 @@ use hyperlight_host::sandbox::snapshot::{OciTag, Snapshot};
 use lampyr_artifact::ArtifactRef;
 use lampyr_artifact::cache::Cache;
 use lampyr_artifact::layout::{blob_path, sha256_digest};
+use lampyr_artifact::pack::{compress, write_artifact};
 use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::{RegistryClient, RegistryError};
-use lampyr_artifact::verify_layout;
+use lampyr_artifact::structure::{Form, Structure};
+use lampyr_artifact::verify::layout_structure;
+use lampyr_artifact::{ArtifactError, verify_layout};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_testenv::{TestRegistry, example_elf, require_kvm};
 use oci_client::Reference;
@@ -43,22 +48,14 @@ fn client(registry: &TestRegistry) -> RegistryClient {
     RegistryClient::new([registry.host()]).expect("client")
 }
 
-/// Every blob digest of the artifact `digest` in `layout` (index, manifests, configs, layers).
-fn artifact_blobs(layout: &Path, digest: &str) -> BTreeSet<String> {
-    let read = |d: &str| -> serde_json::Value {
-        serde_json::from_slice(&fs::read(blob_path(layout, d).expect("path")).expect("read blob")).expect("json")
-    };
-    let mut blobs = BTreeSet::from([digest.to_string()]);
-    for m in read(digest)["manifests"].as_array().expect("manifests") {
-        let md = m["digest"].as_str().expect("digest");
-        blobs.insert(md.to_string());
-        let manifest = read(md);
-        blobs.insert(manifest["config"]["digest"].as_str().expect("config").to_string());
-        for l in manifest["layers"].as_array().expect("layers") {
-            blobs.insert(l["digest"].as_str().expect("layer").to_string());
-        }
-    }
-    blobs
+/// What artifact `digest` in `layout` names.
+fn structure(layout: &Path, digest: &str) -> Structure {
+    layout_structure(layout, Some(digest)).expect("the layout's artifact reads")
+}
+
+/// Every blob a node keeps for artifact `digest` in `layout` (each layer as loaded).
+fn native_blobs(layout: &Path, digest: &str) -> BTreeSet<String> {
+    structure(layout, digest).native_blobs().into_iter().collect()
 }
 
 /// Files in the cache's blob store; each must hash to its name (nothing half-written).
@@ -104,8 +101,20 @@ async fn push_then_pull_round_trips_byte_for_byte() {
     assert_eq!(&v.digest, digest);
     assert_eq!(verify_layout(&pulled, None).expect("verifies by the lampyr tag").digest, *digest);
 
-    let blobs = artifact_blobs(layout, digest);
-    assert_eq!(blobs.len(), 8, "index, 2 manifests, 2 configs, 3 layers");
+    // The layers travel compressed: the registry holds the packed form, far smaller.
+    let artifact = structure(layout, digest);
+    assert_eq!(artifact.form, Form::Packed);
+    for layer in artifact.layers() {
+        let packed = layer.packed.as_ref().expect("each data layer travels compressed");
+        let stored = fs::metadata(registry.blob_data_path(packed.digest().as_ref())).expect("registry holds the packed blob").len();
+        assert_eq!(stored, packed.size(), "{}", layer.what);
+        assert!(!registry.blob_data_path(layer.native.digest().as_ref()).exists(), "{} travels only compressed", layer.what);
+    }
+    assert!(artifact.memory.transport().size() * 10 < artifact.memory.native.size(), "memory compresses at least 10x");
+
+    // The cache keeps only what is loaded: no compressed blob.
+    let blobs = native_blobs(layout, digest);
+    assert_eq!(blobs.len(), 9, "index, 2 manifests, 2 configs, Hyperlight's manifest, 3 layers");
     assert_eq!(store_contents(&cache), blobs);
     for d in &blobs {
         let ours = fs::read(blob_path(layout, d).expect("path")).expect("local blob");
@@ -153,7 +162,7 @@ async fn repush_is_idempotent() {
     assert_eq!(first, second);
     assert_eq!(count_files(&blobs_dir), files, "no new blobs stored");
     let uploads = registry.log().matches("PUT /v2/lampyr/hello/blobs/uploads/").count();
-    assert_eq!(uploads, 5, "each of the 5 config and layer blobs uploaded once:\n{}", registry.log());
+    assert_eq!(uploads, 6, "each of the 2 configs, Hyperlight's manifest and 3 packed layers uploaded once:\n{}", registry.log());
 
     // An artifact the layout does not hold, or a malformed tag, is refused before any upload.
     let wrong = format!("sha256:{}", "1".repeat(64));
@@ -162,7 +171,7 @@ async fn repush_is_idempotent() {
     assert!(matches!(err, RegistryError::Verify { .. }), "{err:?}");
     let err = client.push(layout, digest, &repo, Some("v1:latest")).await.expect_err("bad tag");
     assert!(matches!(err, RegistryError::BadTag { .. }), "{err:?}");
-    assert_eq!(registry.log().matches("PUT /v2/lampyr/hello/blobs/uploads/").count(), 5);
+    assert_eq!(registry.log().matches("PUT /v2/lampyr/hello/blobs/uploads/").count(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,8 +217,10 @@ async fn tampered_blob_in_the_registry_fails_the_pull_and_caches_nothing_of_it()
     let client = client(&registry);
     client.push(layout, digest, &repo, None).await.expect("push");
 
-    let v = verify_layout(layout, Some(digest)).expect("verifies");
-    let elf = format!("sha256:{}", v.guest_elf.file_name().expect("name").to_string_lossy());
+    // The ELF travels compressed: alter the blob the registry serves.
+    let artifact = structure(layout, digest);
+    let elf = artifact.elf.transport().digest().to_string();
+    assert_ne!(elf, artifact.elf.native.digest().to_string(), "the ELF travels packed");
     let data = registry.blob_data_path(&elf);
     let mut bytes = fs::read(&data).expect("registry blob");
     bytes[100] ^= 0xff;
@@ -227,7 +238,7 @@ async fn tampered_blob_in_the_registry_fails_the_pull_and_caches_nothing_of_it()
     assert!(msg.contains("digest mismatch") && msg.contains(&elf), "{msg}");
 
     let stored = store_contents(&cache);
-    assert!(!stored.contains(&elf), "the tampered blob never reaches the store");
+    assert!(!stored.contains(artifact.elf.native.digest().as_ref()), "nothing of the tampered blob reaches the store");
     assert!(tmp_is_empty(&cache), "no partial download left behind");
     assert!(!cache.layout_path(digest).expect("path").exists(), "no layout for a failed pull");
 }
@@ -337,10 +348,221 @@ async fn declared_sizes_over_the_limits_are_refused_before_download() {
     eprintln!("oversized manifest: {err}");
     assert!(matches!(&err, RegistryError::TooLarge { what, .. } if what == "snapshot manifest"), "{err:?}");
 
-    // A layer declared smaller than it is: the download stops one byte past the claim.
+    // A layer declared smaller than it is: refused on the registry's Content-Length, unread.
     let short_claim = fake.push(Claims { memory: 5, elf: 3, snapshot_manifest: None }).await;
     let err = client.pull(&repo, &short_claim, &cache).await.expect_err("more bytes than declared");
     eprintln!("more bytes than declared: {err}");
-    assert!(matches!(&err, RegistryError::SizeMismatch { what, expected: 3, actual: 4, .. } if what == "guest ELF layer"), "{err:?}");
+    assert!(matches!(&err, RegistryError::SizeMismatch { what, expected: 3, actual: 5, .. } if what == "guest ELF layer"), "{err:?}");
     assert!(tmp_is_empty(&cache), "no partial download left behind");
+}
+
+/// Hello in the previous version's form: Hyperlight's manifest listed itself and
+/// every layer uncompressed, built beside the packed one from the same snapshot.
+fn hello_plain() -> &'static (PathBuf, String) {
+    static BUILT: OnceLock<(PathBuf, String)> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let (packed, digest) = hello();
+        let layout = Path::new(env!("CARGO_TARGET_TMPDIR")).join("registry-hello-plain");
+        let _ = fs::remove_dir_all(&layout);
+        copy_dir(packed, &layout);
+        let v = verify_layout(packed, Some(digest)).expect("verifies");
+        let elf = fs::read(&v.guest_elf).expect("guest ELF");
+        let plain = write_artifact(&layout, &v.snapshot_manifest, &elf, Form::Plain).expect("the plain form writes");
+        (layout, plain)
+    })
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("mkdir");
+    for entry in fs::read_dir(from).expect("read dir").flatten() {
+        let dest = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &dest);
+        } else {
+            fs::copy(entry.path(), &dest).expect("copy");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_uncompressed_artifact_of_the_previous_version_still_pulls_and_verifies() {
+    let (layout, digest) = hello_plain();
+    let artifact = structure(layout, digest);
+    assert_eq!(artifact.form, Form::Plain);
+    assert!(artifact.layers().iter().all(|l| l.packed.is_none()), "no layer is packed");
+    let registry = TestRegistry::start();
+    let repo = repo(&registry, "lampyr/old");
+    let client = client(&registry);
+    client.push(layout, digest, &repo, None).await.expect("push");
+    let memory = &artifact.memory.native;
+    let stored = fs::metadata(registry.blob_data_path(memory.digest().as_ref())).expect("the registry holds the memory layer");
+    assert_eq!(stored.len(), memory.size(), "the memory layer travels as it is loaded");
+
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let cache = Cache::new(cache_dir.path());
+    let v = client.pull_verified(&repo, digest, &cache).await.expect("the old form pulls");
+    assert_eq!(&v.digest, digest);
+    assert_eq!(v.snapshot_manifest, artifact.snapshot.digest().to_string(), "Hyperlight's manifest is the index entry");
+    assert_eq!(store_contents(&cache), native_blobs(layout, digest));
+    assert_eq!(native_blobs(layout, digest).len(), 8, "index, 2 manifests, 2 configs, 3 layers");
+    Snapshot::checked_load(&v.layout, OciTag::new("snapshot").expect("tag")).expect("hyperlight loads the pulled layout");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_pulls_land_each_blob_once_and_a_pull_pings_at_most_once() {
+    let (layout, digest) = hello();
+    let registry = TestRegistry::start();
+    let repo = repo(&registry, "lampyr/hello");
+    let client = client(&registry);
+    client.push(layout, digest, &repo, None).await.expect("push");
+
+    // One pull on a fresh cache: every blob it lacks fetched once.
+    let log_before = registry.log();
+    let first = tempfile::tempdir().expect("tempdir");
+    client.pull_verified(&repo, digest, &Cache::new(first.path())).await.expect("pull");
+    let log = registry.log()[log_before.len()..].to_string();
+    let blob_gets = log.matches("GET /v2/lampyr/hello/blobs/").count();
+    assert_eq!(blob_gets, 6, "2 configs, Hyperlight's manifest and 3 layers, once each:\n{log}");
+    let pings = log.matches("GET /v2/ ").count();
+    assert!(pings <= 1, "{pings} pings of /v2/ for one pull:\n{log}");
+
+    // Six pulls at once: four into one shared cache, two into caches of their own.
+    let shared_dir = tempfile::tempdir().expect("tempdir");
+    let own: Vec<_> = (0..2).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let shared = Cache::new(shared_dir.path());
+    let caches: Vec<Cache> = (0..4).map(|_| shared.clone()).chain(own.iter().map(|d| Cache::new(d.path()))).collect();
+    let pulls = caches.iter().map(|cache| client.pull_verified(&repo, digest, cache));
+    for (i, pulled) in futures::future::join_all(pulls).await.into_iter().enumerate() {
+        let v = pulled.unwrap_or_else(|e| panic!("concurrent pull {i}: {e}"));
+        assert_eq!(&v.digest, digest);
+        Snapshot::checked_load(&v.layout, OciTag::new("snapshot").expect("tag")).expect("hyperlight loads it");
+    }
+    for cache in &caches {
+        assert_eq!(store_contents(cache), native_blobs(layout, digest));
+        assert!(tmp_is_empty(cache), "no partial download left behind");
+    }
+}
+
+/// Pushes a variant of the pushed artifact `artifact` whose guest manifest lists a
+/// packed ELF layer holding `compressed` (a blob pushed too) but declaring the real
+/// ELF's digest and size, and returns the variant's index digest.
+async fn push_elf_variant(fake: &FakeArtifacts, artifact: &Structure, compressed: Vec<u8>) -> String {
+    let blob = sha256_digest(&compressed);
+    let len = compressed.len();
+    fake.oci.push_blob(&fake.at(&blob), compressed, &blob).await.expect("push blob");
+    let native = &artifact.elf.native;
+    let layer = serde_json::json!({
+        "mediaType": "application/vnd.lampyr.guest.elf.v1+zstd", "digest": blob, "size": len,
+        "annotations": {"dev.lampyr.uncompressed.digest": native.digest().to_string(), "dev.lampyr.uncompressed.size": native.size().to_string()},
+    });
+    let (guest, guest_len) = fake
+        .put(
+            serde_json::json!({
+                "schemaVersion": 2, "mediaType": MT_MANIFEST, "artifactType": "application/vnd.lampyr.guest.v1",
+                "config": artifact.guest_config, "layers": [layer],
+            }),
+            MT_MANIFEST,
+        )
+        .await;
+    let index = serde_json::json!({
+        "schemaVersion": 2, "mediaType": MT_INDEX, "artifactType": "application/vnd.lampyr.fiber.artifact.v1",
+        "manifests": [artifact.snapshot, {"mediaType": MT_MANIFEST, "digest": guest, "size": guest_len}],
+    });
+    fake.put(index, MT_INDEX).await.0
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn packed_layers_decompressing_to_other_content_or_without_bound_are_refused() {
+    let (layout, digest) = hello();
+    let registry = TestRegistry::start();
+    let repo = repo(&registry, "lampyr/hello");
+    let client = client(&registry);
+    client.push(layout, digest, &repo, None).await.expect("push");
+    let fake = FakeArtifacts::new(&registry, "lampyr/hello").await;
+    let artifact = structure(layout, digest);
+    let elf = fs::read(blob_path(layout, artifact.elf.native.digest().as_ref()).expect("path")).expect("ELF");
+    let refused = |err: &RegistryError| matches!(err, RegistryError::Unpacked { source, .. } if matches!(**source, ArtifactError::Decompressed { .. }));
+
+    // A compressed blob whose own digest holds but which decompresses to another ELF
+    // (one byte changed) than the digest the pinned index records.
+    let mut altered = elf.clone();
+    altered[100] ^= 0xff;
+    let other = push_elf_variant(&fake, &artifact, compress(&altered).expect("compress")).await;
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let cache = Cache::new(cache_dir.path());
+    let err = client.pull(&repo, &other, &cache).await.expect_err("other content");
+    eprintln!("other content: {err}");
+    assert!(refused(&err), "{err:?}");
+    assert!(err.to_string().contains(artifact.elf.native.digest().as_ref()), "names the digest it should have: {err}");
+    assert!(!store_contents(&cache).contains(artifact.elf.native.digest().as_ref()), "nothing of it is stored");
+    assert!(tmp_is_empty(&cache), "no partial output left behind");
+    assert!(!cache.layout_path(&other).expect("path").exists());
+
+    // A bomb: a few kilobytes that decompress to 256 MiB, declaring the ELF's size.
+    let bomb = compress(&vec![0u8; 256 << 20]).expect("compress");
+    assert!(bomb.len() < 64 * 1024, "{}", bomb.len());
+    let bombed = push_elf_variant(&fake, &artifact, bomb).await;
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let cache = Cache::new(cache_dir.path());
+    let err = client.pull(&repo, &bombed, &cache).await.expect_err("bomb");
+    eprintln!("bomb: {err}");
+    assert!(refused(&err), "{err:?}");
+    assert!(err.to_string().contains("decompression bomb"), "{err}");
+    assert!(!store_contents(&cache).contains(artifact.elf.native.digest().as_ref()), "nothing of it is stored");
+    assert!(tmp_is_empty(&cache), "nothing past the declared size was written");
+
+    // The genuine artifact still pulls from the same registry into the same cache.
+    client.pull_verified(&repo, digest, &cache).await.expect("the genuine artifact pulls");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pruning_under_a_small_limit_keeps_the_artifact_a_loaded_revision_uses() {
+    use lampyr_artifact::evict::EntryKind;
+    let ((packed_layout, packed), (plain_layout, plain)) = (hello(), hello_plain());
+    let registry = TestRegistry::start();
+    let repo = repo(&registry, "lampyr/hello");
+    let client = client(&registry);
+    client.push(packed_layout, packed, &repo, None).await.expect("push");
+    client.push(plain_layout, plain, &repo, None).await.expect("push the plain form");
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let cache = Cache::new(cache_dir.path());
+
+    // A Revision loads the packed artifact: leased before its pull, serving fibers.
+    let lease = cache.lease(packed).expect("lease");
+    let loaded = client.pull_verified(&repo, packed, &cache).await.expect("pull");
+    let template = lampyr_fiber::Template::load(&loaded, &lampyr_abi::Env::default()).expect("template loads");
+    let config = lampyr_fiber::PoolConfig { revision: "hello-00001".into(), max_fibers: 1, queue_capacity: 4, capacity: None };
+    let pool = lampyr_fiber::FiberPool::new(template, config, lampyr_fiber::metrics::RuntimeMetrics::default());
+    // Another artifact pulled and no longer used, and an orphan blob.
+    client.pull_verified(&repo, plain, &cache).await.expect("pull the other");
+    let orphan = cache.insert(&sha256_digest(b"orphan"), b"orphan").expect("insert");
+
+    let usage = cache.usage().expect("usage");
+    let in_use: Vec<_> = usage.entries.iter().filter(|e| e.in_use).map(|e| e.name.clone()).collect();
+    assert_eq!(in_use, vec![packed.clone()], "{usage:?}");
+    assert!(usage.entries.iter().any(|e| e.kind == EntryKind::Blob && e.name == sha256_digest(b"orphan")), "{usage:?}");
+
+    // A limit of one byte: everything unleased goes, the loaded artifact stays whole.
+    let pruned = cache.prune(1).expect("prune");
+    let removed: BTreeSet<_> = pruned.removed.iter().map(|e| e.name.clone()).collect();
+    assert_eq!(removed, BTreeSet::from([plain.clone(), sha256_digest(b"orphan")]), "{pruned:?}");
+    assert_eq!(pruned.in_use, 1);
+    assert!(pruned.after < pruned.before, "{pruned:?}");
+    assert!(!orphan.exists() && !cache.layout_path(plain).expect("path").exists());
+    verify_layout(&loaded.layout, Some(packed)).expect("the loaded artifact still verifies");
+    let answer = pool.invoke(
+        lampyr_abi::Request { method: "GET".into(), uri: "/".into(), ..Default::default() },
+        tokio::time::Instant::now() + std::time::Duration::from_secs(60),
+    );
+    assert_eq!(answer.await.expect("the loaded Revision answers after the prune").status, 200);
+    let kept: BTreeSet<_> = native_blobs(packed_layout, packed);
+    assert!(kept.is_subset(&store_contents(&cache)), "every blob the loaded artifact uses stays");
+
+    // Unloaded, it goes too; pulling it again works.
+    drop(pool);
+    drop(lease);
+    let pruned = cache.prune(1).expect("prune");
+    assert_eq!(pruned.removed.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), vec![packed.clone()], "{pruned:?}");
+    assert!(store_contents(&cache).is_empty(), "nothing left in the store");
+    client.pull_verified(&repo, packed, &cache).await.expect("pulls again after eviction");
 }

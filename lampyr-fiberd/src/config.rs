@@ -88,6 +88,9 @@ pub struct FiberdConfig {
     pub template_repositories: Vec<Repository>,
     /// The content-addressed artifact cache.
     pub cache_dir: PathBuf,
+    /// Bytes the cache may hold: after each load, least-recently-used artifacts no loaded
+    /// Home uses are evicted down to it.
+    pub cache_max_bytes: u64,
     /// Where the fleet key that opens sealed templates is.
     pub fleet_key: FleetKeySource,
     /// The scaler of every Revision's pool (as `ly run`'s); its `config-autoscaler`
@@ -123,7 +126,7 @@ pub struct FiberdConfig {
 impl FiberdConfig {
     /// Instance `name` serving `grants`, caching artifacts in `cache_dir`, with defaults
     /// for the rest: all namespaces, the listener's address, HTTPS registries, the
-    /// fleet key from [`SecretKeyRef::fleet_key`], `ly run`'s scaler, no capacity bound, status at most
+    /// fleet key from [`SecretKeyRef::fleet_key`], a 10 GiB cache, `ly run`'s scaler, no capacity bound, status at most
     /// once a second per Home, 2 loads at once of at most 5 minutes each, retries
     /// after 2 s doubling to 5 minutes, 10 s to clear status, 2 s more accepting, 30 s to drain.
     pub fn new(name: impl Into<String>, grants: Vec<String>, cache_dir: impl Into<PathBuf>) -> Self {
@@ -135,6 +138,7 @@ impl FiberdConfig {
             plain_http_registries: Vec::new(),
             template_repositories: Vec::new(),
             cache_dir: cache_dir.into(),
+            cache_max_bytes: lampyr_artifact::evict::DEFAULT_MAX_BYTES,
             fleet_key: FleetKeySource::Secret(SecretKeyRef::fleet_key()),
             scaler: ScalerConfig::default(),
             capacity: None,

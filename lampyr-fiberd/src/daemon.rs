@@ -21,6 +21,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use lampyr_api::policy::FiberPolicy;
 use lampyr_api::{Home, HomeInstance};
+use lampyr_artifact::evict::Lease;
 use lampyr_fiber::LocalBackend;
 use lampyr_router::{Backend, RevisionEntry, RouteTable, Router};
 use tokio::sync::{Semaphore, oneshot, watch};
@@ -270,6 +271,8 @@ struct Supervisor {
 struct Loaded {
     home: Arc<Home>,
     backend: Arc<LocalBackend>,
+    /// Keeps the artifact in the cache while the Home is loaded.
+    _lease: Lease,
 }
 
 impl Supervisor {
@@ -395,12 +398,12 @@ impl Supervisor {
             ..HomeInstance::default()
         };
         match result {
-            Ok(backend) => {
+            Ok((backend, lease)) => {
                 tracing::info!(home = %key_of(&home), generation, "loaded");
                 self.publish(&home, &backend);
                 entry.loaded = true;
                 record_usage(&mut entry, &backend);
-                self.loaded = Some(Loaded { home: Arc::clone(&home), backend });
+                self.loaded = Some(Loaded { home: Arc::clone(&home), backend, _lease: lease });
                 self.backoff = self.shared.config.retry_min;
                 self.retry_at = None;
                 self.failing = None;

@@ -96,6 +96,9 @@ pub enum LoadError {
     /// An environment reference (ConfigMap or Secret) cannot be resolved (retried with backoff).
     #[error("environment: {0}")]
     Env(String),
+    /// The artifact cache failed (leasing the artifact).
+    #[error("artifact cache: {0}")]
+    Cache(#[from] lampyr_artifact::cache::CacheError),
     /// The fleet key is unusable.
     #[error("fleet key: {0}")]
     FleetKey(#[from] FleetKeyError),

@@ -90,6 +90,7 @@ pub async fn run(
         client: client.clone(),
         registry,
         cache: Cache::new(&config.cache_dir),
+        cache_max_bytes: config.cache_max_bytes,
         fleet_key: config.fleet_key.clone(),
         template_repositories: config.template_repositories.clone(),
         metrics,

@@ -9,6 +9,7 @@ use kube::Client;
 use kube::api::Api;
 use lampyr_api::{Home, HomeSpec};
 use lampyr_artifact::cache::Cache;
+use lampyr_artifact::evict::Lease;
 use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::RegistryClient;
 use lampyr_artifact::seal::{FleetKey, open_artifact};
@@ -29,6 +30,8 @@ pub(crate) struct Loader {
     pub(crate) client: Client,
     pub(crate) registry: RegistryClient,
     pub(crate) cache: Cache,
+    /// Bytes the cache may hold beyond what loaded Homes lease.
+    pub(crate) cache_max_bytes: u64,
     pub(crate) fleet_key: FleetKeySource,
     pub(crate) template_repositories: Vec<Repository>,
     pub(crate) metrics: RuntimeMetrics,
@@ -43,7 +46,7 @@ impl Loader {
     /// Loads `home`: pulls and verifies what it pins, builds its pool with its
     /// policy and starts the scaler. Blocks on hashing and template loading:
     /// run it on a blocking thread (see `supervisor`).
-    pub(crate) async fn load(&self, home: &Home) -> Result<Arc<LocalBackend>, LoadError> {
+    pub(crate) async fn load(&self, home: &Home) -> Result<(Arc<LocalBackend>, Lease), LoadError> {
         let spec = &home.spec;
         let mut policy = spec.policy.clone();
         policy.scaling = self.scaling(&spec.policy.scaling, &key_of(home))?;
@@ -52,6 +55,8 @@ impl Loader {
             policy.env_refs.clear();
         }
         let (repo, digest) = registry_ref("spec.artifact", &spec.artifact)?;
+        // Held while the Home is loaded: pruning the cache never removes its artifact.
+        let lease = self.cache.lease(&digest)?;
         let artifact = match &spec.sealed_template {
             Some(template) => self.open_sealed(template, &digest).await?,
             None => self
@@ -73,7 +78,32 @@ impl Loader {
         let unbounded = self.capacity.as_ref().map_or(self.scaler.max_fibers, |c| c.slots().min(self.scaler.max_fibers));
         let pool = revision_pool(&artifact, &policy, &spec.revision_name, unbounded, account, self.metrics.clone())
             .map_err(|e| LoadError::Pool { artifact: artifact.digest.clone(), source: Box::new(e) })?;
-        LocalBackend::start(pool, policy.scaling, self.scaler.clone()).await.map_err(LoadError::Start)
+        let backend = LocalBackend::start(pool, policy.scaling, self.scaler.clone()).await.map_err(LoadError::Start)?;
+        self.prune_cache();
+        Ok((backend, lease))
+    }
+
+    /// Evicts least-recently-used artifacts no loaded Home leases, down to the cache limit.
+    fn prune_cache(&self) {
+        match self.cache.prune(self.cache_max_bytes) {
+            Ok(p) if p.busy => tracing::debug!("cache prune skipped: another load is writing to the cache"),
+            Ok(p) if !p.removed.is_empty() => tracing::info!(
+                before = p.before,
+                after = p.after,
+                removed = p.removed.len(),
+                in_use = p.in_use,
+                limit = self.cache_max_bytes,
+                "pruned the artifact cache"
+            ),
+            Ok(p) if p.after > self.cache_max_bytes => tracing::warn!(
+                bytes = p.after,
+                limit = self.cache_max_bytes,
+                in_use = p.in_use,
+                "the artifact cache is over its limit with only artifacts loaded Homes use"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "pruning the artifact cache failed"),
+        }
     }
 
     /// The Home's environment with its ConfigMap and Secret references read from its
@@ -140,6 +170,8 @@ impl Loader {
         let (repo, template_digest) = registry_ref("spec.sealedTemplate", template)?;
         check_admitted(template, &repo, &self.template_repositories)?;
         let key = self.fleet_key().await?;
+        // The sealed blob is unreferenced until it is opened: no prune in between.
+        let _writing = self.cache.write_guard()?;
         let pulled = self
             .registry
             .pull_template(&repo, &template_digest, &self.cache)

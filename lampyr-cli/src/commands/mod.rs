@@ -1,5 +1,6 @@
 //! Command implementations and the CLI's error type.
 
+pub mod cache;
 pub mod cluster;
 pub mod deploy;
 pub mod fleet_key;
@@ -70,6 +71,10 @@ pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
             let mut ui = ui;
             scaffold::workspace(&dir, force, &mut ui).map(|_| ())?;
             Ok(())
+        }
+        Command::Cache(cmd) => {
+            let mut ui = ui;
+            cache::run(cmd, &mut ui)
         }
         Command::Cluster(cmd) => {
             let mut ui = ui;

@@ -87,7 +87,10 @@ pub fn resolve(reference: &str, ui: &mut Ui) -> Result<VerifiedArtifact, CliErro
             let cache = Cache::new(Cache::default_location()?);
             ui.step(format!("pulling {repository}@{digest} into {}", cache.root().display()));
             let client = RegistryClient::for_repository(&repository)?;
-            Ok(block_on(client.pull_verified(&repository, &digest, &cache))??)
+            super::source::hold_lease(cache.lease(&digest)?);
+            let pulled = block_on(client.pull_verified(&repository, &digest, &cache))??;
+            super::cache::prune_to_limit(&cache, ui)?;
+            Ok(pulled)
         }
     }
 }

@@ -118,13 +118,27 @@ pub fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui
     };
     let elf = resolve_guest(guest, None, ui)?;
     let out = build_dir(guest)?;
+    let cache = lampyr_artifact::cache::Cache::new(lampyr_artifact::cache::Cache::default_location()?);
+    hold_lease(cache.lease_build(&out)?);
     let opts = BuildOptions { heap_size: policy.memory_bytes, ..BuildOptions::default() };
-    if let Some(unchanged) = reusable_artifact(&elf, &out, &opts) {
-        ui.step(format!("guest unchanged: reusing its snapshot {}", unchanged.digest));
-        return Ok(unchanged);
-    }
-    ui.step(format!("snapshotting {}", elf.display()));
-    build_into_place(&elf, &out, &opts)
+    let artifact = match reusable_artifact(&elf, &out, &opts) {
+        Some(unchanged) => {
+            ui.step(format!("guest unchanged: reusing its snapshot {}", unchanged.digest));
+            unchanged
+        }
+        None => {
+            ui.step(format!("snapshotting {}", elf.display()));
+            build_into_place(&elf, &out, &opts)?
+        }
+    };
+    super::cache::prune_to_limit(&cache, ui)?;
+    Ok(artifact)
+}
+
+/// Keeps `lease` until this process exits: what `ly run` serves stays in the cache.
+pub fn hold_lease(lease: lampyr_artifact::evict::Lease) {
+    static HELD: std::sync::Mutex<Vec<lampyr_artifact::evict::Lease>> = std::sync::Mutex::new(Vec::new());
+    HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(lease);
 }
 
 /// Builds the artifact in a staging directory beside `out`, then moves it into place,

@@ -47,6 +47,10 @@ struct Args {
     /// Artifact cache (default: $LAMPYR_CACHE_DIR, else the user's cache directory).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Bytes the artifact cache may hold; least-recently-used artifacts no loaded Home uses
+    /// are evicted past it.
+    #[arg(long, default_value_t = lampyr_artifact::evict::DEFAULT_MAX_BYTES)]
+    cache_max_bytes: u64,
     /// The fleet key's Secret, NAMESPACE/NAME (data key "key"), read through the API server.
     #[arg(long, default_value = "default/lampyr-fiberd-seal-key")]
     seal_key_secret: String,
@@ -108,6 +112,7 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
         None => lampyr_artifact::cache::Cache::default_location().map_err(|e| format!("{e} (or give --cache-dir)"))?,
     };
     let mut config = FiberdConfig::new(args.name.clone(), args.grants.clone(), cache_dir);
+    config.cache_max_bytes = args.cache_max_bytes;
     config.namespace = args.namespace.clone();
     config.advertise = args.advertise.clone();
     config.plain_http_registries = args.plain_http_registries.clone();

@@ -87,6 +87,7 @@ fn fiberd_args(grant: &CapacityGrant, index: i32, port: u16, settings: &PodSetti
         format!("--advertise=$(POD_IP):{port}"),
         format!("--fleet-key-file={FLEET_KEY_MOUNT}/key"),
         format!("--cache-dir={CACHE_MOUNT}"),
+        format!("--cache-max-bytes={}", cache_max_bytes(memory)),
         format!("--fiber-slots={slots}"),
         format!("--fiber-memory={memory}"),
         // The instance count is not an argument: fiberd follows the grant's, so adding or
@@ -118,6 +119,12 @@ fn helper_args(settings: &PodSettings) -> Vec<String> {
 /// instances leaves the others' Pods as they are.
 pub fn cache_size_limit(memory_bytes: i64) -> i64 {
     memory_bytes.saturating_mul(2).max(MIN_CACHE_BYTES)
+}
+
+/// The limit fiberd prunes its cache to: four fifths of the volume's `sizeLimit`, so a
+/// pull on top of a full cache does not get the Pod evicted for exceeding it.
+pub fn cache_max_bytes(memory_bytes: i64) -> i64 {
+    cache_size_limit(memory_bytes) / 5 * 4
 }
 
 /// The name of instance `index` of grant `grant`.
@@ -341,6 +348,8 @@ mod tests {
         assert!(args.contains(&"--cache-dir=/var/cache/lampyr".to_string()), "{args:?}");
         let cache = spec.volumes.as_ref().expect("volumes").iter().find(|v| v.name == "cache").expect("cache volume");
         let limit = cache.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()).expect("sizeLimit");
+        let pruned_to = args.iter().find_map(|a| a.strip_prefix("--cache-max-bytes=")).expect("--cache-max-bytes");
+        assert!(pruned_to.parse::<i64>().expect("a number") < limit.0.parse::<i64>().expect("sizeLimit in bytes"), "{args:?}");
         assert_eq!(limit.0, (4i64 << 30).to_string(), "twice the instance's 2 GiB");
 
         assert_eq!(cache_size_limit(10 << 20), MIN_CACHE_BYTES, "a small grant gets the floor");

@@ -105,9 +105,13 @@ impl ArtifactProblem {
     fn from_registry(err: RegistryError) -> Self {
         let text = err.to_string();
         match err {
-            RegistryError::Unreachable { .. } | RegistryError::Registry { .. } => ArtifactProblem::Unreachable(text),
+            RegistryError::Unreachable { .. } | RegistryError::Registry { .. } | RegistryError::Interrupted { .. } => {
+                ArtifactProblem::Unreachable(text)
+            }
             RegistryError::NotFound { .. } => ArtifactProblem::NotFound(text),
-            RegistryError::DigestMismatch { .. } | RegistryError::SizeMismatch { .. } => ArtifactProblem::Tampered(text),
+            RegistryError::DigestMismatch { .. } | RegistryError::SizeMismatch { .. } | RegistryError::Unpacked { .. } => {
+                ArtifactProblem::Tampered(text)
+            }
             RegistryError::Verify { .. } | RegistryError::TooLarge { .. } | RegistryError::NotAnArtifact { .. } => {
                 ArtifactProblem::Invalid(text)
             }
