@@ -3,6 +3,9 @@
 //! pushing it, pulling it and opening it, each beside its baseline (verifying
 //! the layout; pushing and pulling the artifact itself) in the same run,
 //! against a real registry (Debian's docker-registry) on a loopback port.
+//! Then compressed transport against the uncompressed form of the same snapshot:
+//! bytes on the wire (beside the artifact's gzip size) and a cold pull, verify and
+//! template load on a fresh cache.
 //!
 //! Run: `cargo bench -p lampyr-benches --bench deploy`
 
@@ -91,6 +94,81 @@ fn main() {
         mib(sealed.size)
     );
     print!("{}", t.render());
+    transport(&artifact, &client, &runtime, dir.path(), &repo);
+}
+
+/// Packed (zstd) against plain transport of the same snapshot: bytes and cold pulls.
+fn transport(
+    packed: &lampyr_testenv::Artifact,
+    client: &RegistryClient,
+    runtime: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    repo: &dyn Fn(String) -> Repository,
+) {
+    let plain = lampyr_testenv::plain_form(packed, &dir.join("plain"));
+    let forms = [("plain (previous version)", &plain), ("packed (zstd)", packed)];
+    let mut t = Table::default();
+    let wire: Vec<u64> = forms.iter().map(|(_, a)| wire_bytes(a)).collect();
+    let gzip = gzip_bytes(&plain);
+    t.row("gzip -6 of the plain artifact's blobs (reference)", format!("{gzip} B"), "-", "1×".into());
+    for ((name, _), bytes) in forms.iter().zip(&wire) {
+        let target = if name.starts_with("packed") { "≤ 2× gzip" } else { "-" };
+        t.row(
+            &format!("bytes pushed = bytes pulled, {name}"),
+            format!("{bytes} B"),
+            target,
+            format!("{:.2}× gzip", *bytes as f64 / gzip as f64),
+        );
+    }
+    let mut pulls = Vec::new();
+    for (i, (name, artifact)) in forms.iter().enumerate() {
+        let repository = repo(format!("transport-{i}"));
+        runtime.block_on(client.push(&artifact.layout, &artifact.digest, &repository, None)).expect("push");
+        let mut n = 0;
+        let cold = Samples::measure(SAMPLES, 1, || {
+            n += 1;
+            let cache = Cache::new(dir.join(format!("cold-{i}-{n}")));
+            let pulled = runtime.block_on(client.pull_verified(&repository, &artifact.digest, &cache)).expect("pull");
+            drop(lampyr_fiber::Template::load(&pulled, &lampyr_abi::Env::default()).expect("template loads"));
+        });
+        pulls.push((*name, cold));
+    }
+    let base = pulls[0].1.median();
+    for (name, cold) in &pulls {
+        let speedup = base.as_secs_f64() / cold.median().as_secs_f64();
+        let target = if name.starts_with("packed") { "≥ 5× faster" } else { "-" };
+        t.row(&format!("cold pull + verify + template load, {name}"), fmt_duration(cold.median()), target, format!("{speedup:.2}× faster"));
+    }
+    println!("\nTransport forms of the same hello snapshot (loopback registry; medians of {SAMPLES})\n");
+    print!("{}", t.render());
+}
+
+/// Bytes a push (and a pull into an empty cache) moves: the index, both manifests, and
+/// every blob in its transport form.
+fn wire_bytes(artifact: &lampyr_testenv::Artifact) -> u64 {
+    let s = lampyr_artifact::verify::layout_structure(&artifact.layout, Some(&artifact.digest)).expect("structure");
+    let index =
+        std::fs::metadata(lampyr_artifact::layout::blob_path(&artifact.layout, &artifact.digest).expect("path")).expect("index").len();
+    let documents = index + s.snapshot.size() + s.guest.size();
+    documents + s.json_blobs().iter().map(|(_, d)| d.size()).sum::<u64>() + s.layers().iter().map(|l| l.transport().size()).sum::<u64>()
+}
+
+/// The plain artifact's blobs each compressed with gzip at its default level.
+fn gzip_bytes(plain: &lampyr_testenv::Artifact) -> u64 {
+    use std::io::Write;
+    let s = lampyr_artifact::verify::layout_structure(&plain.layout, Some(&plain.digest)).expect("structure");
+    let mut digests = vec![plain.digest.clone(), s.snapshot.digest().to_string(), s.guest.digest().to_string()];
+    digests.extend(s.json_blobs().iter().map(|(_, d)| d.digest().to_string()));
+    digests.extend(s.layers().iter().map(|l| l.native.digest().to_string()));
+    digests
+        .iter()
+        .map(|d| {
+            let bytes = std::fs::read(lampyr_artifact::layout::blob_path(&plain.layout, d).expect("path")).expect("blob");
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(&bytes).expect("gzip");
+            gz.finish().expect("gzip").len() as u64
+        })
+        .sum()
 }
 
 /// The bytes an artifact's blobs take.

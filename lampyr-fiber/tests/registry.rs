@@ -14,14 +14,14 @@ use hyperlight_host::sandbox::snapshot::{OciTag, Snapshot};
 use lampyr_artifact::ArtifactRef;
 use lampyr_artifact::cache::Cache;
 use lampyr_artifact::layout::{blob_path, sha256_digest};
-use lampyr_artifact::pack::{compress, write_artifact};
+use lampyr_artifact::pack::compress;
 use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::{RegistryClient, RegistryError};
 use lampyr_artifact::structure::{Form, Structure};
 use lampyr_artifact::verify::layout_structure;
 use lampyr_artifact::{ArtifactError, verify_layout};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
-use lampyr_testenv::{TestRegistry, example_elf, require_kvm};
+use lampyr_testenv::{Artifact, TestRegistry, example_elf, plain_form, require_kvm};
 use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
 
@@ -361,27 +361,12 @@ async fn declared_sizes_over_the_limits_are_refused_before_download() {
 fn hello_plain() -> &'static (PathBuf, String) {
     static BUILT: OnceLock<(PathBuf, String)> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let (packed, digest) = hello();
-        let layout = Path::new(env!("CARGO_TARGET_TMPDIR")).join("registry-hello-plain");
-        let _ = fs::remove_dir_all(&layout);
-        copy_dir(packed, &layout);
-        let v = verify_layout(packed, Some(digest)).expect("verifies");
-        let elf = fs::read(&v.guest_elf).expect("guest ELF");
-        let plain = write_artifact(&layout, &v.snapshot_manifest, &elf, Form::Plain).expect("the plain form writes");
-        (layout, plain)
+        let (layout, digest) = hello();
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("registry-hello-plain");
+        let _ = fs::remove_dir_all(&out);
+        let plain = plain_form(&Artifact { layout: layout.clone(), digest: digest.clone() }, &out);
+        (plain.layout, plain.digest)
     })
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).expect("mkdir");
-    for entry in fs::read_dir(from).expect("read dir").flatten() {
-        let dest = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            fs::copy(entry.path(), &dest).expect("copy");
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

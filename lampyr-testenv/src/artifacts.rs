@@ -2,12 +2,13 @@
 //! pushed to a [`TestRegistry`], plainly or sealed to a fleet key.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::RegistryClient;
 use lampyr_artifact::seal::{FleetKey, seal_artifact};
+use lampyr_artifact::structure::Form;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 
 use crate::guests::{conformance_guest_elf, example_elf, test_guest_elf};
@@ -76,6 +77,29 @@ fn cached_artifact(key: &str, max_body: u64, elf: impl FnOnce() -> PathBuf) -> A
             Artifact { layout, digest: artifact.digest }
         })
         .clone()
+}
+
+/// `artifact` in the form artifacts had before compressed transport (Hyperlight's
+/// manifest listed itself, every layer uncompressed), written from the same snapshot
+/// into a copy of its layout at `out`.
+pub fn plain_form(artifact: &Artifact, out: &Path) -> Artifact {
+    copy_dir(&artifact.layout, out);
+    let verified = lampyr_artifact::verify_layout(&artifact.layout, Some(&artifact.digest)).expect("the artifact verifies");
+    let elf = std::fs::read(&verified.guest_elf).expect("the guest ELF reads");
+    let digest = lampyr_artifact::pack::write_artifact(out, &verified.snapshot_manifest, &elf, Form::Plain).expect("the plain form writes");
+    Artifact { layout: out.to_path_buf(), digest }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+        let dest = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), &dest).expect("copy");
+        }
+    }
 }
 
 /// Pushes `artifact` to `registry` at repository `path`; returns its digest-pinned

@@ -25,7 +25,7 @@ mod shared;
 pub mod stack;
 pub mod tls;
 
-pub use artifacts::{Artifact, conformance_artifact, example_artifact, push_artifact, push_sealed, test_guest_artifact};
+pub use artifacts::{Artifact, conformance_artifact, example_artifact, plain_form, push_artifact, push_sealed, test_guest_artifact};
 pub use bins::workspace_binary;
 pub use cluster::{Cluster, Placement, Process};
 pub use guests::{conformance_guest_elf, example_elf, repo_root, require_kvm, test_guest_elf};
