@@ -5,7 +5,8 @@
 //! against a real registry (Debian's docker-registry) on a loopback port.
 //! Then compressed transport against the uncompressed form of the same snapshot:
 //! bytes on the wire (beside the artifact's gzip size) and a cold pull, verify and
-//! template load on a fresh cache.
+//! template load on a fresh cache, over loopback and over a link paced to 1 Gbit/s
+//! (`lampyr_benches::link`) in front of the same registry.
 //!
 //! Run: `cargo bench -p lampyr-benches --bench deploy`
 
@@ -14,10 +15,13 @@ use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::RegistryClient;
 use lampyr_artifact::seal::{FleetKey, open_artifact, seal_artifact};
 use lampyr_artifact::verify_layout;
+use lampyr_benches::link::PacedLink;
 use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
 use lampyr_testenv::TestRegistry;
 
 const SAMPLES: usize = 10;
+/// A node's link to its registry in the paced runs: 1 Gbit/s.
+const LINK_BYTES_PER_SEC: u64 = 125_000_000;
 
 fn main() {
     lampyr_testenv::require_kvm();
@@ -94,7 +98,7 @@ fn main() {
         mib(sealed.size)
     );
     print!("{}", t.render());
-    transport(&artifact, &client, &runtime, dir.path(), &repo);
+    transport(&artifact, &client, &runtime, dir.path(), &registry);
 }
 
 /// Packed (zstd) against plain transport of the same snapshot: bytes and cold pulls.
@@ -103,8 +107,9 @@ fn transport(
     client: &RegistryClient,
     runtime: &tokio::runtime::Runtime,
     dir: &std::path::Path,
-    repo: &dyn Fn(String) -> Repository,
+    registry: &TestRegistry,
 ) {
+    let repo = |name: String| Repository::parse(&format!("{}/bench/{name}", registry.host())).expect("a repository");
     let plain = lampyr_testenv::plain_form(packed, &dir.join("plain"));
     let forms = [("plain (previous version)", &plain), ("packed (zstd)", packed)];
     let mut t = Table::default();
@@ -120,26 +125,40 @@ fn transport(
             format!("{:.2}× gzip", *bytes as f64 / gzip as f64),
         );
     }
-    let mut pulls = Vec::new();
-    for (i, (name, artifact)) in forms.iter().enumerate() {
-        let repository = repo(format!("transport-{i}"));
-        runtime.block_on(client.push(&artifact.layout, &artifact.digest, &repository, None)).expect("push");
-        let mut n = 0;
-        let cold = Samples::measure(SAMPLES, 1, || {
-            n += 1;
-            let cache = Cache::new(dir.join(format!("cold-{i}-{n}")));
-            let pulled = runtime.block_on(client.pull_verified(&repository, &artifact.digest, &cache)).expect("pull");
-            drop(lampyr_fiber::Template::load(&pulled, &lampyr_abi::Env::default()).expect("template loads"));
-        });
-        pulls.push((*name, cold));
+    // Cold pulls over loopback, and over a paced 1 Gbit/s link to the same registry
+    // (a node's NIC: what a pull off this machine moves at).
+    let link = PacedLink::start(registry.addr(), LINK_BYTES_PER_SEC);
+    let linked = RegistryClient::new([registry.host(), link.host()]).expect("a registry client");
+    for (path, client, host) in [("loopback", client, registry.host()), ("1 Gbit/s link", &linked, link.host())] {
+        let mut pulls = Vec::new();
+        for (i, (name, artifact)) in forms.iter().enumerate() {
+            let repository = repo(format!("transport-{i}"));
+            runtime.block_on(client.push(&artifact.layout, &artifact.digest, &repository, None)).expect("push");
+            let repository = Repository::parse(&format!("{host}/bench/transport-{i}")).expect("a repository");
+            let (mut n, mut loads) = (0, Vec::new());
+            let cold = Samples::measure(SAMPLES, 1, || {
+                n += 1;
+                let cache = Cache::new(dir.join(format!("cold-{path}-{i}-{n}")));
+                let pulled = runtime.block_on(client.pull_verified(&repository, &artifact.digest, &cache)).expect("pull");
+                let started = std::time::Instant::now();
+                drop(lampyr_fiber::Template::load(&pulled, &lampyr_abi::Env::default()).expect("template loads"));
+                loads.push(started.elapsed());
+            });
+            let load = Samples(loads).median();
+            pulls.push((*name, cold.median(), load));
+        }
+        let (base, base_load) = (pulls[0].1, pulls[0].2);
+        for (name, cold, load) in &pulls {
+            let target = if name.starts_with("packed") { "≥ 5× faster" } else { "-" };
+            let what = format!("cold pull + verify + template load, {path}, {name}");
+            t.row(&what, fmt_duration(*cold), target, format!("{:.2}× faster", base.as_secs_f64() / cold.as_secs_f64()));
+            let pull = cold.saturating_sub(*load);
+            let pull_base = base.saturating_sub(base_load);
+            let what = format!("  of which pull + verify (template load {})", fmt_duration(*load));
+            t.row(&what, fmt_duration(pull), "-", format!("{:.2}× faster", pull_base.as_secs_f64() / pull.as_secs_f64()));
+        }
     }
-    let base = pulls[0].1.median();
-    for (name, cold) in &pulls {
-        let speedup = base.as_secs_f64() / cold.median().as_secs_f64();
-        let target = if name.starts_with("packed") { "≥ 5× faster" } else { "-" };
-        t.row(&format!("cold pull + verify + template load, {name}"), fmt_duration(cold.median()), target, format!("{speedup:.2}× faster"));
-    }
-    println!("\nTransport forms of the same hello snapshot (loopback registry; medians of {SAMPLES})\n");
+    println!("\nTransport forms of the same hello snapshot (medians of {SAMPLES}, a fresh cache each)\n");
     print!("{}", t.render());
 }
 

@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod link;
+
 /// Timing samples of one measured step.
 pub struct Samples(pub Vec<Duration>);
 

@@ -12,7 +12,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -26,6 +26,8 @@ use crate::structure::{MT_INDEX, MT_MANIFEST, Structure};
 use crate::{ARTIFACT_TAG, ArtifactError, SNAPSHOT_TAG};
 
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
+/// Shortest run of zeros left as a hole in a blob file.
+const SPARSE_RUN: usize = 4096;
 
 /// What went wrong reading or writing the cache.
 #[derive(Debug, thiserror::Error)]
@@ -248,7 +250,18 @@ impl Cache {
 impl PendingBlob {
     /// Appends `bytes` to the blob, hashing them on the way.
     pub fn write_all(&mut self, bytes: &[u8]) -> Result<(), CacheError> {
-        self.tmp.write_all(bytes).map_err(|e| io_error(self.tmp.path(), e))?;
+        self.append(bytes).map_err(|e| io_error(self.tmp.path(), e))
+    }
+
+    /// Appends `bytes`, leaving a hole for a run of zeros (snapshot memory is mostly
+    /// zero pages: the file stays sparse, and neither the page cache nor `fsync`
+    /// writes them); [`PendingBlob::commit`] sets the final length.
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.len() >= SPARSE_RUN && bytes.iter().all(|b| *b == 0) {
+            self.tmp.as_file_mut().seek(SeekFrom::Current(bytes.len() as i64))?;
+        } else {
+            self.tmp.write_all(bytes)?;
+        }
         self.hasher.update(bytes);
         self.written += bytes.len() as u64;
         Ok(())
@@ -286,6 +299,8 @@ impl PendingBlob {
         if self.dest.is_file() {
             return Ok(self.dest);
         }
+        // A trailing run of zeros was skipped, not written.
+        self.tmp.as_file().set_len(self.written).map_err(|e| io_error(&path, e))?;
         self.tmp.as_file().sync_all().map_err(|e| io_error(&path, e))?;
         fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).map_err(|e| io_error(&path, e))?;
         let dir = self.dest.parent().unwrap_or(&self.root).to_path_buf();
@@ -297,10 +312,8 @@ impl PendingBlob {
 
 impl Write for PendingBlob {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.tmp.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.written += n as u64;
-        Ok(n)
+        self.append(buf)?;
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

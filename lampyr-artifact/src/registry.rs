@@ -6,6 +6,7 @@
 //! Pulls check every digest and refuse a declared size over Lampyr's limits
 //! before downloading it; a blob reaches the cache only once its digest checks.
 
+use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use crate::reference::Repository;
 use crate::seal::{ARTIFACT_ANNOTATION, MAX_SEALED_BYTES, MT_SEALED_LAYER, MT_TEMPLATE, SealedTemplate};
 use crate::session::{GetError, Sessions};
 use crate::structure::{DataLayer, MT_INDEX, MT_MANIFEST, Structure, carried_manifest, index_entries};
+use crate::verify::verify_fresh_layout;
 use crate::{ArtifactError, ArtifactRef, MT_EMPTY, VerifiedArtifact, verify_layout};
 /// The OCI empty config blob.
 const EMPTY_JSON: &[u8] = b"{}";
@@ -344,14 +346,14 @@ impl RegistryClient {
         let transfers: Vec<DataLayer> = json.chain(artifact.layers().into_iter().cloned()).collect();
         // Every transfer runs to its end, even after one fails, so none is left writing
         // into the cache once the pull returns.
-        let fetched: Vec<Result<(), RegistryError>> = futures::stream::iter(transfers)
+        let fetched: Vec<Result<Option<String>, RegistryError>> = futures::stream::iter(transfers)
             .map(|layer| async move { self.fetch_blob(repo, &layer, cache).await })
             .buffer_unordered(PARALLEL_BLOBS)
             .collect()
             .await;
-        fetched.into_iter().collect::<Result<Vec<()>, _>>()?;
+        let hashed: HashSet<String> = fetched.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect();
         let layout = cache.materialise(digest)?;
-        verify_layout(&layout, Some(digest)).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))
+        verify_fresh_layout(&layout, Some(digest), &hashed).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))
     }
 
     /// Pushes the sealed template `sealed` to `repo` as an OCI manifest
@@ -533,9 +535,10 @@ impl RegistryClient {
 
     /// Streams `layer` into the cache unless it is there, as Hyperlight loads it: a
     /// compressed layer is decompressed on the way. It lands only if complete and correct.
-    async fn fetch_blob(&self, repo: &Repository, layer: &DataLayer, cache: &Cache) -> Result<(), RegistryError> {
+    /// Returns the digest it stored, `None` when the cache had it.
+    async fn fetch_blob(&self, repo: &Repository, layer: &DataLayer, cache: &Cache) -> Result<Option<String>, RegistryError> {
         if cache.contains(layer.native.digest().as_ref(), layer.native.size())? {
-            return Ok(());
+            return Ok(None);
         }
         let transport = layer.transport().digest().to_string();
         let op = Op { repo, verb: "pulling", what: layer.what, digest: &transport };
@@ -556,7 +559,8 @@ impl RegistryClient {
         }
         drop(chunks);
         let written = writing.await.map_err(|e| cache_io(cache, io::Error::other(e)))?;
-        written.map_err(|e| e.into_registry(&op))
+        written.map_err(|e| e.into_registry(&op))?;
+        Ok(Some(layer.native.digest().to_string()))
     }
 }
 

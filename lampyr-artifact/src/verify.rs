@@ -1,6 +1,7 @@
 //! Artifact verification: every digest, size and media type, the Hyperlight
 //! format version, Lampyr's metadata, and whether the snapshot fits this host.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use oci_spec::image::{Descriptor, ImageIndex};
@@ -83,12 +84,22 @@ struct HyperlightConfig {
 /// compressed transport form the layout holds is checked too (a pulled layout keeps
 /// only what is loaded).
 pub fn verify_layout(layout: &Path, pin: Option<&str>) -> Result<VerifiedArtifact, ArtifactError> {
+    verify_fresh_layout(layout, pin, &HashSet::new())
+}
+
+/// [`verify_layout`] for a layout whose layers `hashed` (digests) were hashed against
+/// their digests on their way into it just now (a pull): those are checked for size only.
+pub fn verify_fresh_layout(layout: &Path, pin: Option<&str>, hashed: &HashSet<String>) -> Result<VerifiedArtifact, ArtifactError> {
     let artifact = layout_structure(layout, pin)?;
     let digest = artifact.digest.clone();
     let config_bytes = read_blob(layout, &artifact.config, "snapshot config", MAX_JSON_BYTES)?;
     let (platform, metadata) = parse_snapshot_config(&config_bytes)?;
     for layer in artifact.layers() {
-        verify_blob_file(layout, &layer.native, layer.what, layer.max)?;
+        if hashed.contains(layer.native.digest().as_ref()) {
+            check_blob_size(layout, &layer.native, layer.what)?;
+        } else {
+            verify_blob_file(layout, &layer.native, layer.what, layer.max)?;
+        }
         if let Some(packed) = layer.packed.as_ref().filter(|p| blob_path(layout, p.digest().as_ref()).is_ok_and(|p| p.is_file())) {
             verify_blob_file(layout, packed, layer.what, packed_limit(layer.max))?;
         }
@@ -125,6 +136,17 @@ pub fn layout_structure(layout: &Path, pin: Option<&str>) -> Result<Structure, A
     let desc = select_artifact(&index, layout, pin)?;
     let index_bytes = read_blob(layout, desc, "artifact index", MAX_JSON_BYTES)?;
     Structure::read(desc.digest().as_ref(), &index_bytes, |d, what| read_blob(layout, d, what, MAX_JSON_BYTES))
+}
+
+/// Checks that blob `desc` of `layout` has the size it declares.
+fn check_blob_size(layout: &Path, desc: &Descriptor, what: &str) -> Result<(), ArtifactError> {
+    let path = blob_path(layout, desc.digest().as_ref())?;
+    let len = std::fs::metadata(&path).map_err(|e| ArtifactError::io(&path, e))?.len();
+    if len != desc.size() {
+        let (what, digest) = (what.to_string(), desc.digest().to_string());
+        return Err(ArtifactError::SizeMismatch { what, digest, expected: desc.size(), actual: len });
+    }
+    Ok(())
 }
 
 /// Checks Hyperlight's snapshot config (format version) and returns where the

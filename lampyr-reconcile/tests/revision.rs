@@ -17,6 +17,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use lampyr_api::conditions::{CONDITION_READY, configuration, revision, service};
 use lampyr_api::fiber::home;
 use lampyr_api::{CapacityGrant, Configuration, Home, KnativeStatus, Revision, Service, keys};
+use lampyr_artifact::verify::layout_structure;
 use lampyr_artifact::verify_layout;
 use lampyr_reconcile::revision::FIELD_MANAGER;
 use lampyr_reconcile::revision::status::{REASON_INVALID_ARTIFACT, REASON_UNSUPPORTED_FIELDS};
@@ -233,8 +234,9 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
     let other_abi = push_other_abi(&registry, "lampyr/other-abi", lampyr_abi::ABI_VERSION as u32 + 1).await;
     let tampered = push_hello(&tampered_registry, "lampyr/hello").await;
     let (layout, digest) = hello();
-    let elf = verify_layout(layout, Some(digest)).expect("verifies").guest_elf;
-    let elf_digest = format!("sha256:{}", elf.file_name().expect("name").to_string_lossy());
+    // The ELF travels compressed: alter the blob the registry serves.
+    let artifact = layout_structure(layout, Some(digest)).expect("the artifact reads");
+    let elf_digest = artifact.elf.transport().digest().to_string();
     let data = tampered_registry.blob_data_path(&elf_digest);
     let mut bytes = std::fs::read(&data).expect("registry blob");
     bytes[100] ^= 0xff;

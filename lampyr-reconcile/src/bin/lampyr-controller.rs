@@ -50,6 +50,10 @@ struct Args {
     /// Content cache for pulled artifacts.
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Bytes each repository's artifact cache may hold (a quantity); verified artifacts past
+    /// it are evicted, least recently used first.
+    #[arg(long, default_value = "2Gi", value_parser = byte_quantity)]
+    cache_max_bytes: u64,
     /// Reconcile Revisions of this namespace only (default: all namespaces).
     #[arg(long)]
     namespace: Option<String>,
@@ -119,6 +123,7 @@ fn controller_config(args: &Args) -> ControllerConfig {
     if let Some(dir) = &args.cache_dir {
         config.cache_dir = dir.clone();
     }
+    config.cache_max_bytes = args.cache_max_bytes;
     config.namespace = args.namespace.clone();
     config.concurrency = args.concurrency;
     config.resync = args.resync;

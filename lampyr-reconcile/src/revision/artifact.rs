@@ -160,6 +160,7 @@ pub fn parse_pinned(value: &str) -> Result<PinnedReference, ArtifactProblem> {
 pub struct ArtifactResolver {
     client: RegistryClient,
     cache_dir: PathBuf,
+    cache_max_bytes: u64,
     verified: Mutex<HashMap<String, Arc<ResolvedArtifact>>>,
     in_flight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -171,9 +172,16 @@ impl ArtifactResolver {
         Ok(ArtifactResolver {
             client: RegistryClient::new(plain_http.iter().cloned())?,
             cache_dir: cache_dir.into(),
+            cache_max_bytes: lampyr_artifact::evict::DEFAULT_MAX_BYTES,
             verified: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Bounds each repository's cache to `bytes` (default [`lampyr_artifact::evict::DEFAULT_MAX_BYTES`]).
+    pub fn with_cache_limit(mut self, bytes: u64) -> Self {
+        self.cache_max_bytes = bytes;
+        self
     }
 
     /// The verified artifact `value` names, pulling it unless it was verified before.
@@ -214,19 +222,27 @@ impl ArtifactResolver {
         let ArtifactRef::Registry { repository, digest } = &pinned.parsed else {
             return Err(ArtifactProblem::Internal(format!("{value:?} is not a registry reference")));
         };
-        let layout = self.client.pull(repository, digest, &self.cache_for(repository)).await.map_err(|e| {
-            match ArtifactProblem::from_registry(e) {
-                ArtifactProblem::BadReference { reason, .. } => ArtifactProblem::BadReference { value: value.to_string(), reason },
-                other => other,
-            }
+        let cache = self.cache_for(repository);
+        let layout = self.client.pull(repository, digest, &cache).await.map_err(|e| match ArtifactProblem::from_registry(e) {
+            ArtifactProblem::BadReference { reason, .. } => ArtifactProblem::BadReference { value: value.to_string(), reason },
+            other => other,
         })?;
         // `pull` verified the layout; verify again off the async threads for the
         // metadata it does not return (hashing a few hundred KB).
-        let pin = digest.clone();
-        let verified = tokio::task::spawn_blocking(move || verify_layout(&layout, Some(&pin)))
-            .await
-            .map_err(|e| ArtifactProblem::Internal(format!("verifying {}: {e}", pinned.canonical)))?
-            .map_err(|e| ArtifactProblem::Invalid(format!("artifact {}: {e}", pinned.canonical)))?;
+        let (pin, limit) = (digest.clone(), self.cache_max_bytes);
+        let verified = tokio::task::spawn_blocking(move || {
+            let verified = verify_layout(&layout, Some(&pin));
+            // What the controller needs of the artifact is in memory now.
+            match cache.prune(limit) {
+                Ok(p) if !p.removed.is_empty() => tracing::info!(removed = p.removed.len(), bytes = p.after, "pruned an artifact cache"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "pruning an artifact cache failed"),
+            }
+            verified
+        })
+        .await
+        .map_err(|e| ArtifactProblem::Internal(format!("verifying {}: {e}", pinned.canonical)))?
+        .map_err(|e| ArtifactProblem::Invalid(format!("artifact {}: {e}", pinned.canonical)))?;
         Ok(ResolvedArtifact {
             reference: pinned.canonical.clone(),
             digest: digest.clone(),

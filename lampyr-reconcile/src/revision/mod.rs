@@ -64,6 +64,9 @@ pub struct ControllerConfig {
     pub plain_http_registries: Vec<String>,
     /// The content cache artifacts are pulled into.
     pub cache_dir: PathBuf,
+    /// Bytes each repository's cache may hold: verified artifacts past it are evicted,
+    /// least recently used first (their metadata stays in memory).
+    pub cache_max_bytes: u64,
     /// Reconcile Revisions of this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
     /// Revisions reconciled at once.
@@ -105,6 +108,7 @@ impl ControllerConfig {
             },
             plain_http_registries: Vec::new(),
             cache_dir: std::env::temp_dir().join("lampyr-controller-cache"),
+            cache_max_bytes: 2 << 30,
             namespace: None,
             concurrency: 8,
             resync: Duration::from_secs(300),
@@ -222,7 +226,7 @@ impl Context {
     /// (`docs/embedding.md`).
     pub fn new(client: Client, config: ControllerConfig, metrics: Metrics) -> Result<Self, Error> {
         config.validate()?;
-        let artifacts = ArtifactResolver::new(&config.cache_dir, &config.plain_http_registries)?;
+        let artifacts = ArtifactResolver::new(&config.cache_dir, &config.plain_http_registries)?.with_cache_limit(config.cache_max_bytes);
         Ok(Context {
             client,
             config,

@@ -20,7 +20,7 @@ use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::RegistryClient;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_reconcile::revision::{self, Context, ControllerConfig, Metrics};
-use lampyr_testenv::{Cluster, TestRegistry, example_elf, repo_root, require_kvm};
+use lampyr_testenv::{Artifact, Cluster, TestRegistry, example_elf, plain_form, repo_root, require_kvm};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -58,10 +58,22 @@ pub async fn push_hello(registry: &TestRegistry, repo: &str) -> String {
     format!("{}/{repo}@{digest}", registry.host())
 }
 
-/// Pushes a copy of the hello artifact whose Lampyr metadata claims ABI version
-/// `abi` (re-hashed up the chain, so every digest holds); returns its reference.
+/// Hello in the plain form (Hyperlight's manifest listed itself), built once per process.
+fn hello_plain() -> &'static Artifact {
+    static BUILT: OnceLock<Artifact> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let (layout, digest) = hello();
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reconcile-hello-plain");
+        let _ = fs::remove_dir_all(&out);
+        plain_form(&Artifact { layout: layout.clone(), digest: digest.clone() }, &out)
+    })
+}
+
+/// Pushes a copy of the hello artifact (in the plain form, whose snapshot manifest is
+/// Hyperlight's) whose Lampyr metadata claims ABI version `abi` (re-hashed up the
+/// chain, so every digest holds); returns its reference.
 pub async fn push_other_abi(registry: &TestRegistry, repo: &str, abi: u32) -> String {
-    let (layout, digest) = hello();
+    let Artifact { layout, digest } = hello_plain();
     let read = |d: &str| fs::read(blob_path(layout, d).expect("path")).expect("blob");
     let json = |d: &str| -> serde_json::Value { serde_json::from_slice(&read(d)).expect("json") };
     let oci = oci_client::Client::new(oci_client::client::ClientConfig {
