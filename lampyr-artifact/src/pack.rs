@@ -126,7 +126,7 @@ pub fn compress_layer(root: &Path, native: &Descriptor) -> Result<Descriptor, Ar
     encoder.set_pledged_src_size(Some(native.size())).map_err(|e| ArtifactError::io(&src, e))?;
     io::copy(&mut io::BufReader::new(input), &mut encoder).map_err(|e| ArtifactError::io(&src, e))?;
     encoder.finish().map_err(|e| ArtifactError::io(&src, e))?;
-    let (tmp, size, digest) = hashed.finish();
+    let (tmp, digest, size) = hashed.finish();
     let dest = layout::blob_path(root, &digest)?;
     if !dest.exists() {
         tmp.persist(&dest).map_err(|e| ArtifactError::io(&dest, e.error))?;
@@ -219,9 +219,9 @@ impl<W> HashingWriter<W> {
         HashingWriter { inner, hasher: Sha256::new(), len: 0 }
     }
 
-    /// The writer, the bytes written and their `sha256:` digest.
-    pub fn finish(self) -> (W, u64, String) {
-        (self.inner, self.len, format!("sha256:{}", hex::encode(self.hasher.finalize())))
+    /// The writer, the `sha256:` digest of the bytes written and their count.
+    pub fn finish(self) -> (W, String, u64) {
+        (self.inner, format!("sha256:{}", hex::encode(self.hasher.finalize())), self.len)
     }
 }
 
@@ -292,7 +292,7 @@ mod tests {
         for chunk in compressed.chunks(1000) {
             unpacker.write(chunk)?;
         }
-        let (bytes, len, digest) = unpacker.finish()?.finish();
+        let (bytes, digest, len) = unpacker.finish()?.finish();
         check_unpacked(layer, len, &digest)?;
         Ok(bytes)
     }

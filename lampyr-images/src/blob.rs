@@ -1,6 +1,5 @@
-//! Content-addressed bytes: sha256 digests, a hashing writer and canonical JSON.
-
-use std::io::{self, Write};
+//! Content-addressed bytes: sha256 digests and canonical JSON (the hashing writer is
+//! lampyr-artifact's).
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -9,38 +8,6 @@ use sha2::{Digest, Sha256};
 /// `sha256:<hex>` of `bytes`.
 pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-/// A writer passing bytes on while hashing and counting them.
-pub(crate) struct HashingWriter<W> {
-    inner: W,
-    hasher: Sha256,
-    written: u64,
-}
-
-impl<W: Write> HashingWriter<W> {
-    /// Wraps `inner`.
-    pub(crate) fn new(inner: W) -> Self {
-        HashingWriter { inner, hasher: Sha256::new(), written: 0 }
-    }
-
-    /// The inner writer, the `sha256:<hex>` digest and the size of what went through.
-    pub(crate) fn finish(self) -> (W, String, u64) {
-        (self.inner, format!("sha256:{}", hex::encode(self.hasher.finalize())), self.written)
-    }
-}
-
-impl<W: Write> Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.written += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 /// `value` as compact JSON with every object's keys sorted, so documents holding
@@ -63,6 +30,9 @@ pub(crate) fn canonical_json<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_j
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::io::Write;
+
+    use lampyr_artifact::pack::HashingWriter;
 
     use super::*;
 

@@ -9,8 +9,8 @@ use std::path::Path;
 use flate2::{Compression, GzBuilder};
 
 use crate::Error;
-use crate::blob::HashingWriter;
 use crate::spec::Source;
+use lampyr_artifact::pack::HashingWriter;
 
 /// What sits at one path of the tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
