@@ -473,7 +473,7 @@ fn cluster_path() {
     let (_fiberd_dir, fiberd_pool) = hello_pool();
     let fiberd = rt.block_on(start_router(policy(1), start(fiberd_pool) as Arc<dyn Backend>));
     let forward = FiberdBackend::new("default", "bench-00001", FiberdConfig::default(), &RouterMetrics::default());
-    forward.set_instances(&[Instance { name: "fiberd".into(), address: fiberd, warm_fibers: 1 }], false);
+    forward.set_instances(&[Instance { name: "fiberd".into(), address: fiberd, warm_fibers: 1, max_fibers: 0 }], false);
     let cluster = rt.block_on(start_router(policy(1), forward as Arc<dyn Backend>));
     let (mut on_local, mut on_cluster) = (Vec::new(), Vec::new());
     for i in 0..COLD_WARMUP + PATH_REQUESTS {

@@ -257,6 +257,9 @@ pub struct HomeInstance {
     /// Guest memory the Home's fibers hold on this instance, in bytes.
     #[serde(default, skip_serializing_if = "is_zero_i64")]
     pub memory_bytes: i64,
+    /// Most fibers of the Home this instance runs at once (its share of `max-scale`, else its own bound); fiber-router spreads requests by it.
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub max_fibers: i32,
 }
 
 crate::impl_knative_status!(HomeStatus, home::CONDITION_SET);

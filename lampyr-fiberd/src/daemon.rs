@@ -471,11 +471,12 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Writes the backend's warm fibers, reserved slots and the memory they hold into `entry`,
-/// topping the reservation up first.
+/// Writes the backend's warm fibers, their bound, reserved slots and the memory they hold
+/// into `entry`, topping the reservation up first.
 fn record_usage(entry: &mut HomeInstance, backend: &LocalBackend) {
     let fibers = backend.stats().fibers;
     entry.warm_fibers = i32::try_from(fibers).unwrap_or(i32::MAX);
+    entry.max_fibers = i32::try_from(backend.pool().max_fibers()).unwrap_or(i32::MAX);
     if let Some(account) = backend.pool().capacity() {
         // A Home loaded while the instance was full takes its min-scale as room appears.
         entry.reserved_slots = i32::try_from(account.top_up()).unwrap_or(i32::MAX);

@@ -4,7 +4,8 @@
 //! free, a request that finds no room gets 503 (not a crash, not an
 //! overcommitted instance), and deleting a Home or scaling one to zero gives
 //! its slots back; a grant's instances split a Revision's `min-scale` and
-//! `max-scale` so that together they never exceed them.
+//! `max-scale` so that together they never exceed them, and fiber-router's
+//! forwarding sends a request one instance has no room for to one that has.
 
 mod support;
 
@@ -12,8 +13,11 @@ use kube::api::DeleteParams;
 use lampyr_api::HomeInstance;
 use lampyr_api::policy::FiberPolicy;
 use lampyr_fiberd::InstanceShare;
+use lampyr_router::metrics::{RouterMetrics, revision_labels};
+use lampyr_router::server::REFUSED_HEADER;
+use lampyr_router::{Backend, FiberdBackend, FiberdConfig, Instance};
 use lampyr_testenv::{TestRegistry, push_artifact};
-use support::{Daemon, Env, hello_artifact, hello_policy, wait_entry, wait_until};
+use support::{Daemon, Env, hello_artifact, hello_policy, http, wait_entry, wait_until};
 
 const BODY: u64 = 1024 * 1024;
 /// Guest memory the instance holds: far more than two hello fibers need, so slots bound first.
@@ -119,6 +123,87 @@ async fn two_instances_together_keep_a_revision_within_its_min_and_max_scale() {
     let idle = entries.iter().find(|e| !e.loaded).expect("the other instance");
     let message = idle.message.clone().unwrap_or_default();
     assert!(message.contains("max-scale 1") && message.contains("holds none of it"), "{message}");
+    for daemon in daemons {
+        daemon.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_one_instance_has_no_room_for_is_served_by_one_that_has() {
+    let env = Env::new("fiberd-room").await;
+    let registry = TestRegistry::start();
+    let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
+    // Two instances of one grant: the first holds one fiber slot, the second three.
+    let mut daemons = Vec::new();
+    for (index, slots) in [(0, 1), (1, 3)] {
+        let name = format!("room-{index}");
+        let daemon = Daemon::start_with(&env, &name, &["room"], &registry, |c| {
+            c.instance = Some(InstanceShare { index, count: 2 });
+            c.capacity = Some((slots, MEMORY));
+        })
+        .await;
+        daemons.push(daemon);
+    }
+    let homes = env.homes();
+
+    // min-scale 2 split 1 + 1 fills the first instance.
+    env.create_home("held-00001", "room", &artifact, None, with_min_scale(2)).await;
+    for daemon in &daemons {
+        wait_entry(&homes, "held-00001", &daemon.name, "its reserved fiber", |e| {
+            loaded(e) && e.is_some_and(|e| e.reserved_slots == 1 && e.warm_fibers == 1)
+        })
+        .await;
+    }
+    env.create_home("burst-00001", "room", &artifact, None, with_min_scale(0)).await;
+    let mut instances = Vec::new();
+    for daemon in &daemons {
+        let e = wait_entry(&homes, "burst-00001", &daemon.name, "loaded", loaded).await.expect("entry");
+        let max_fibers = u32::try_from(e.max_fibers).expect("a bound");
+        instances.push(Instance { name: daemon.name.clone(), address: daemon.addr, warm_fibers: 0, max_fibers });
+    }
+    let bounds: Vec<u32> = instances.iter().map(|i| i.max_fibers).collect();
+    assert_eq!(bounds, [1, 3], "each instance reports the fibers it may run (its slots, max-scale being unbounded)");
+
+    // Asked directly, the full instance refuses and says no fiber ran.
+    let resp = http()
+        .get(format!("http://{}/", daemons[0].addr))
+        .header("Knative-Serving-Namespace", &env.ns)
+        .header("Knative-Serving-Revision", "burst-00001")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(resp.headers().get(REFUSED_HEADER).and_then(|v| v.to_str().ok()), Some("no_capacity"));
+
+    // Through fiber-router's forwarding every request is answered, a body sent again where refused.
+    let metrics = RouterMetrics::default();
+    let backend = FiberdBackend::new(&env.ns, "burst-00001", FiberdConfig::default(), &metrics);
+    backend.set_instances(&instances, false);
+    for i in 0..12 {
+        let req = http::Request::post("/").body(lampyr_router::body::full(format!("request {i}"))).expect("request");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        let resp = backend.invoke(req, deadline).await.unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(resp.status().as_u16(), 200, "request {i}: {:?}", resp.headers());
+        assert!(!resp.headers().contains_key(REFUSED_HEADER), "request {i}");
+    }
+    let refused = metrics.upstream_refusals.get_or_create(&revision_labels(&env.ns, "burst-00001")).get();
+    assert!(refused >= 1, "requests were offered to the full instance (ties go in turn) and moved on: {refused}");
+
+    // When no instance has room the refusal is the answer: 503 with Retry-After, at once.
+    homes.delete("burst-00001", &DeleteParams::default()).await.expect("delete");
+    env.create_home("tight-00001", "room", &artifact, None, with_min_scale(0)).await;
+    // min-scale 4 split 2 + 2 takes the second instance's last two slots (the first has none to give).
+    env.create_home("filler-00001", "room", &artifact, None, with_min_scale(4)).await;
+    wait_entry(&homes, "filler-00001", "room-1", "its reserved fibers", |e| e.is_some_and(|e| e.reserved_slots == 2)).await;
+    for daemon in &daemons {
+        wait_entry(&homes, "tight-00001", &daemon.name, "loaded", loaded).await;
+    }
+    let backend = FiberdBackend::new(&env.ns, "tight-00001", FiberdConfig::default(), &metrics);
+    backend.set_instances(&instances, false);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let resp = backend.invoke(http::Request::new(lampyr_router::body::empty()), deadline).await.expect("an answer");
+    assert_eq!(resp.status().as_u16(), 503, "both instances are full");
+    assert!(resp.headers().contains_key(http::header::RETRY_AFTER));
     for daemon in daemons {
         daemon.stop().await;
     }

@@ -468,7 +468,13 @@ async fn loaded_instances(home: &Home) -> Vec<Instance> {
         };
         match address {
             Some(address) => {
-                out.push(Instance { name: instance.name.clone(), address, warm_fibers: u32::try_from(instance.warm_fibers).unwrap_or(0) })
+                let count = |n: i32| u32::try_from(n).unwrap_or(0);
+                out.push(Instance {
+                    name: instance.name.clone(),
+                    address,
+                    warm_fibers: count(instance.warm_fibers),
+                    max_fibers: count(instance.max_fibers),
+                });
             }
             None => {
                 tracing::warn!(home = %home.name_any(), instance = %instance.name, address = %instance.address, "instance address does not resolve; skipped")

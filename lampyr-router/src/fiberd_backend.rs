@@ -1,7 +1,8 @@
 //! A Revision served by the fiberd instances its Home lists (cluster mode).
 //!
-//! Each request goes to the instance with the fewest requests in flight (ties
-//! taken in turn), through an [`HttpBackend`] per instance, carrying the
+//! Each request goes to the instance with the fewest requests in flight for
+//! the fibers it may run (`maxFibers` in the Home's status: its share of
+//! `max-scale`; ties taken in turn), through an [`HttpBackend`] per instance, carrying the
 //! `Knative-Serving-Namespace` and `Knative-Serving-Revision` headers fiberd
 //! routes on. What happens when an instance cannot serve:
 //!
@@ -9,6 +10,14 @@
 //!   sent): the request is retried on another instance; when every instance
 //!   refused, it waits for the instance list to change, or retries them after a
 //!   short backoff, until its deadline;
+//! - **refused to run it** (the answer carries [`REFUSED_HEADER`]: no fiber
+//!   slot free on that instance, its queue full, no fiber startable): no guest
+//!   code ran, so the request goes to another instance, its body sent again
+//!   from a copy when it was at most [`RESEND_LIMIT`] bytes; only when every
+//!   instance refused (or the body cannot be sent again) does the client get
+//!   the refusal, `503` with `Retry-After`. A Revision's `max-scale` is split
+//!   over the instances, so this is what lets any request use the room any
+//!   instance has;
 //! - **failed after sending** (the instance died or reset mid-request): `502`
 //!   at once, never retried — the request may have had effects;
 //! - **no loaded instance**: the request waits in a bounded queue for one to
@@ -36,7 +45,13 @@ use tokio::time::Instant;
 use crate::backend::{Backend, BackendStats, BoxFuture};
 use crate::http_backend::{HttpBackend, HttpLimits, InFlight, Outgoing};
 use crate::metrics::{RouterMetrics, revision_labels};
-use crate::server::{NAMESPACE_HEADER, REVISION_HEADER};
+use crate::server::{NAMESPACE_HEADER, REFUSED_HEADER, REVISION_HEADER};
+
+/// Request bodies of at most this many bytes are copied as they are sent, so a
+/// request an instance refused can go to another.
+pub const RESEND_LIMIT: usize = 64 * 1024;
+/// The bound assumed for an instance that reports none (an older fiberd): fiberd's default.
+const UNREPORTED_MAX_FIBERS: u32 = 64;
 
 /// First wait before retrying instances that all refused; doubles up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(50);
@@ -52,6 +67,8 @@ pub struct Instance {
     pub address: SocketAddr,
     /// Fibers of this Revision warm on it.
     pub warm_fibers: u32,
+    /// Most fibers of this Revision it runs at once; 0 when it does not say.
+    pub max_fibers: u32,
 }
 
 /// Settings of a [`FiberdBackend`].
@@ -75,6 +92,23 @@ struct Upstream {
     name: String,
     backend: HttpBackend,
     warm_fibers: AtomicU32,
+    max_fibers: AtomicU32,
+}
+
+impl Upstream {
+    /// Requests in flight per fiber it may run, as a fraction `(in_flight, max_fibers)`.
+    fn load(&self) -> (u64, u64) {
+        let max = match self.max_fibers.load(Ordering::Acquire) {
+            0 => UNREPORTED_MAX_FIBERS,
+            n => n,
+        };
+        (self.backend.in_flight() as u64, u64::from(max))
+    }
+}
+
+/// `a`'s load is below `b`'s (fractions compared without division).
+fn lighter((a_in, a_max): (u64, u64), (b_in, b_max): (u64, u64)) -> bool {
+    a_in * b_max < b_in * a_max
 }
 
 /// Forwards one Revision's requests to the fiberd instances holding its fibers.
@@ -89,6 +123,7 @@ pub struct FiberdBackend {
     next: AtomicUsize,
     queued: AtomicUsize,
     connect_failures: Counter,
+    refusals: Counter,
     instances_gauge: Gauge,
 }
 
@@ -107,6 +142,7 @@ impl FiberdBackend {
             next: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             connect_failures: metrics.upstream_connect_failures.get_or_create_owned(&labels),
+            refusals: metrics.upstream_refusals.get_or_create_owned(&labels),
             instances_gauge: metrics.instances.get_or_create_owned(&labels),
         })
     }
@@ -124,12 +160,18 @@ impl FiberdBackend {
             let upstream = match kept {
                 Some(u) => {
                     u.warm_fibers.store(instance.warm_fibers, Ordering::Release);
+                    u.max_fibers.store(instance.max_fibers, Ordering::Release);
                     Arc::clone(u)
                 }
                 None => {
                     let (addr, max, limits) = (instance.address, self.config.max_request_body, self.config.limits.clone());
                     let backend = if http2 { HttpBackend::h2c(addr, max, limits) } else { HttpBackend::new(addr, max, limits) };
-                    Arc::new(Upstream { name: instance.name.clone(), backend, warm_fibers: AtomicU32::new(instance.warm_fibers) })
+                    Arc::new(Upstream {
+                        name: instance.name.clone(),
+                        backend,
+                        warm_fibers: AtomicU32::new(instance.warm_fibers),
+                        max_fibers: AtomicU32::new(instance.max_fibers),
+                    })
                 }
             };
             next.push(upstream);
@@ -156,7 +198,8 @@ impl FiberdBackend {
         self.changed.send_modify(|v| *v += 1);
     }
 
-    /// The least-loaded instance not in `tried`, taking ties in turn.
+    /// The instance not in `tried` with the fewest requests in flight per fiber it
+    /// may run, taking ties in turn.
     fn pick(&self, tried: &[SocketAddr]) -> Option<Arc<Upstream>> {
         let upstreams = self.upstreams.load();
         let n = upstreams.len();
@@ -164,11 +207,14 @@ impl FiberdBackend {
             return None;
         }
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        (0..n)
-            .map(|i| &upstreams[(start + i) % n])
-            .filter(|u| !tried.contains(&u.backend.upstream()))
-            .min_by_key(|u| u.backend.in_flight())
-            .cloned()
+        let mut best: Option<(&Arc<Upstream>, (u64, u64))> = None;
+        for u in (0..n).map(|i| &upstreams[(start + i) % n]).filter(|u| !tried.contains(&u.backend.upstream())) {
+            let load = u.load();
+            if best.is_none_or(|(_, b)| lighter(load, b)) {
+                best = Some((u, load));
+            }
+        }
+        best.map(|(u, _)| Arc::clone(u))
     }
 
     /// A place in the wait queue, or `Overloaded` when it is full.
@@ -185,12 +231,13 @@ impl FiberdBackend {
     }
 
     async fn forward(&self, req: http::Request<Body>, deadline: Instant) -> Result<http::Response<Body>, InvokeError> {
-        let mut prepared = Outgoing::new(req, self.config.max_request_body)?;
+        let mut prepared = Outgoing::new(req, self.config.max_request_body)?.replayable(RESEND_LIMIT);
         for (name, value) in [(NAMESPACE_HEADER, &self.namespace), (REVISION_HEADER, &self.revision)] {
             let value = HeaderValue::from_str(value).map_err(|_| InvokeError::FiberFailed(format!("{value:?} is no header value")))?;
             prepared.set_header(HeaderName::from_static(name), value);
         }
         let mut tried: Vec<SocketAddr> = Vec::new();
+        let mut refusal: Option<http::Response<Body>> = None;
         let mut waiting = None;
         let mut backoff = RETRY_MIN;
         loop {
@@ -208,8 +255,23 @@ impl FiberdBackend {
                         tried.push(upstream.backend.upstream());
                         continue;
                     }
+                    Ok(resp) if resp.headers().contains_key(REFUSED_HEADER) => {
+                        self.refusals.inc();
+                        let outcome = resp.headers().get(REFUSED_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+                        tracing::debug!(revision = %self.revision, instance = %upstream.name, outcome, "instance ran no fiber for it; trying another");
+                        if !prepared.can_resend() {
+                            return Ok(resp);
+                        }
+                        tried.push(upstream.backend.upstream());
+                        refusal = Some(resp);
+                        continue;
+                    }
                     other => return other,
                 }
+            }
+            // Every instance was tried and one refused to run it: its answer is the Revision's.
+            if let Some(resp) = refusal {
+                return Ok(resp);
             }
             if waiting.is_none() {
                 waiting = Some(self.enter_queue()?);
@@ -261,7 +323,7 @@ mod tests {
     use super::*;
 
     fn instance(name: &str, port: u16) -> Instance {
-        Instance { name: name.into(), address: SocketAddr::from(([127, 0, 0, 1], port)), warm_fibers: 1 }
+        Instance { name: name.into(), address: SocketAddr::from(([127, 0, 0, 1], port)), warm_fibers: 1, max_fibers: 0 }
     }
 
     #[test]
@@ -295,5 +357,38 @@ mod tests {
         }
         backend.close();
         assert!(backend.pick(&[]).is_none());
+    }
+
+    #[test]
+    fn an_instance_takes_requests_in_proportion_to_the_fibers_it_may_run() {
+        let backend = FiberdBackend::new("ns", "rev", FiberdConfig::default(), &RouterMetrics::default());
+        let with_max = |name: &str, port, max_fibers| Instance { max_fibers, ..instance(name, port) };
+        // max-scale 3 over two instances: shares 2 and 1.
+        backend.set_instances(&[with_max("two", 1, 2), with_max("one", 2, 1)], false);
+        let upstreams = backend.upstreams.load_full();
+        // Each request is held as it is picked: three fill both shares, two where two may run.
+        let mut held = Vec::new();
+        let mut sent = Vec::new();
+        for _ in 0..3 {
+            let name = backend.pick(&[]).expect("an instance").name.clone();
+            held.push(upstreams.iter().find(|u| u.name == name).expect("listed").backend.hold());
+            sent.push(name);
+        }
+        sent.sort();
+        assert_eq!(sent, ["one", "two", "two"]);
+        drop(held);
+        assert!(lighter((1, 2), (1, 1)) && !lighter((1, 1), (1, 2)), "1 busy of 2 is lighter than 1 of 1");
+        assert!(!lighter((2, 4), (1, 2)), "equal loads are no lighter (ties go in turn)");
+        let unreported = Upstream {
+            name: "old".into(),
+            backend: HttpBackend::new(SocketAddr::from(([127, 0, 0, 1], 9)), 1, HttpLimits::default()),
+            warm_fibers: AtomicU32::new(0),
+            max_fibers: AtomicU32::new(0),
+        };
+        assert_eq!(
+            unreported.load(),
+            (0, u64::from(UNREPORTED_MAX_FIBERS)),
+            "an instance that reports no bound counts as fiberd's default"
+        );
     }
 }

@@ -52,16 +52,17 @@ pub fn http_response(resp: lampyr_abi::Response) -> Result<http::Response<Body>,
         let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(&h.value)) else {
             return Err(InvokeError::InvalidResponse(format!("the guest answered with an invalid header {:?}", h.name)));
         };
-        if !is_framing_header(&name) {
+        if !is_reserved_header(&name) {
             out.headers_mut().append(name, value);
         }
     }
     Ok(out)
 }
 
-/// Hop-by-hop and framing headers the server sets itself.
-fn is_framing_header(name: &HeaderName) -> bool {
+/// Hop-by-hop and framing headers the server sets itself, and the router's own refusal mark.
+fn is_reserved_header(name: &HeaderName) -> bool {
     matches!(name.as_str(), "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "upgrade" | "te" | "trailer")
+        || name.as_str() == crate::server::REFUSED_HEADER
 }
 
 #[cfg(test)]
@@ -109,6 +110,8 @@ mod tests {
         };
         let ok = http_response(resp("x-fine")).expect("valid");
         assert!(ok.headers().contains_key("x-fine") && !ok.headers().contains_key("content-length"));
+        let marked = http_response(resp(crate::server::REFUSED_HEADER)).expect("valid");
+        assert!(!marked.headers().contains_key(crate::server::REFUSED_HEADER), "a guest cannot claim its request was refused");
         assert_eq!(http_response(resp("bad name")).expect_err("invalid").http_status(), 502);
         let bad_status = lampyr_abi::Response { status: 42, headers: vec![], body: vec![] };
         assert_eq!(http_response(bad_status).expect_err("invalid status").http_status(), 502);

@@ -129,6 +129,12 @@ impl HttpBackend {
         self.in_flight.load(Ordering::Acquire)
     }
 
+    /// Counts one request in flight until the guard is dropped, as [`HttpBackend::send`] does.
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> InFlight<'_> {
+        InFlight::enter(&self.in_flight)
+    }
+
     /// The request for this backend's upstream: `outgoing`'s head aimed at its
     /// address, and a body that goes back to `outgoing` if it is never read.
     fn addressed(&self, outgoing: &Outgoing) -> Result<hyper::Request<Lent>, InvokeError> {
@@ -226,11 +232,42 @@ impl Backend for HttpBackend {
 /// A request on its way upstream: the head as forwarded (hop-by-hop fields
 /// removed, the host kept as `Host`), and the body, which stays here until a
 /// connection reads it, so a refused connection leaves it for the next upstream.
+/// A [`Outgoing::replayable`] one also keeps a copy of a small body as it is read,
+/// so an upstream that read it and then refused to run the request can be replaced.
 pub(crate) struct Outgoing {
     head: http::request::Parts,
     body: Arc<Mutex<Option<Body>>>,
     /// Set once an attempt has read the body to its end.
     finished: Arc<AtomicBool>,
+    /// The body as read so far, while it is within its limit.
+    copy: Option<Arc<Mutex<BodyCopy>>>,
+}
+
+/// What a [`Lent`] body has yielded, kept up to `limit` bytes.
+struct BodyCopy {
+    chunks: Vec<Bytes>,
+    size: usize,
+    limit: usize,
+    /// Over the limit, or trailers: the body cannot be sent again.
+    lost: bool,
+}
+
+impl BodyCopy {
+    fn keep(&mut self, frame: &Frame<Bytes>) {
+        if self.lost {
+            return;
+        }
+        match frame.data_ref() {
+            Some(data) if self.size + data.len() <= self.limit => {
+                self.size += data.len();
+                self.chunks.push(data.clone());
+            }
+            _ => {
+                self.lost = true;
+                self.chunks = Vec::new();
+            }
+        }
+    }
 }
 
 impl Outgoing {
@@ -252,7 +289,29 @@ impl Outgoing {
         head.headers.remove(CONTENT_LENGTH);
         head.headers.remove(http::header::EXPECT);
         head.version = http::Version::HTTP_11;
-        Ok(Outgoing { head, body: Arc::new(Mutex::new(Some(body))), finished: Arc::new(AtomicBool::new(false)) })
+        Ok(Outgoing { head, body: Arc::new(Mutex::new(Some(body))), finished: Arc::new(AtomicBool::new(false)), copy: None })
+    }
+
+    /// Keeps a copy of the body as it is read, up to `limit` bytes, so that
+    /// [`Outgoing::can_resend`] stays true after an attempt read a body that small.
+    pub(crate) fn replayable(mut self, limit: usize) -> Self {
+        self.copy = Some(Arc::new(Mutex::new(BodyCopy { chunks: Vec::new(), size: 0, limit, lost: false })));
+        self
+    }
+
+    /// Whether another attempt can send the whole body: nobody read it yet, or an
+    /// attempt read all of it and a copy was kept.
+    pub(crate) fn can_resend(&self) -> bool {
+        self.body.lock().map(|b| b.is_some()).unwrap_or(false) || self.copied().is_some()
+    }
+
+    /// The whole body, when an attempt has read it to its end and it was copied.
+    fn copied(&self) -> Option<Bytes> {
+        if !self.finished.load(Ordering::Acquire) {
+            return None;
+        }
+        let copy = self.copy.as_ref()?.lock().ok()?;
+        (!copy.lost).then(|| copy.chunks.concat().into())
     }
 
     /// Sets `name` to `value`, replacing what the client sent.
@@ -260,13 +319,22 @@ impl Outgoing {
         self.head.headers.insert(name, value);
     }
 
-    /// A body for one attempt; fails when an earlier attempt already read it.
+    /// A body for one attempt: the request's own while nobody read it, else its copy;
+    /// fails when an earlier attempt read it and no whole copy was kept.
     fn lend(&self) -> Result<Lent, InvokeError> {
         let present = self.body.lock().map(|b| b.is_some()).unwrap_or(false);
-        if !present {
-            return Err(InvokeError::FiberFailed("the request body was already sent to another upstream".into()));
+        if present {
+            return Ok(Lent { slot: Arc::clone(&self.body), body: None, finished: Arc::clone(&self.finished), copy: self.copy.clone() });
         }
-        Ok(Lent { slot: Arc::clone(&self.body), body: None, finished: Arc::clone(&self.finished) })
+        match self.copied() {
+            Some(bytes) => Ok(Lent {
+                slot: Arc::new(Mutex::new(Some(body::full(bytes)))),
+                body: None,
+                finished: Arc::new(AtomicBool::new(false)),
+                copy: None,
+            }),
+            None => Err(InvokeError::FiberFailed("the request body was already sent to another upstream".into())),
+        }
     }
 
     /// An attempt has started reading the body and not reached its end.
@@ -281,6 +349,8 @@ pub(crate) struct Lent {
     slot: Arc<Mutex<Option<Body>>>,
     body: Option<Body>,
     finished: Arc<AtomicBool>,
+    /// Where what is read is copied, for a replayable [`Outgoing`].
+    copy: Option<Arc<Mutex<BodyCopy>>>,
 }
 
 impl Lent {
@@ -311,8 +381,18 @@ impl HttpBody for Lent {
             Some(body) => Pin::new(body).poll_frame(cx),
             None => Poll::Ready(None),
         };
-        if matches!(polled, Poll::Ready(None)) {
-            self.finished.store(true, Ordering::Release);
+        match &polled {
+            Poll::Ready(None) => self.finished.store(true, Ordering::Release),
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(mut copy) = self.copy.as_ref().and_then(|c| c.lock().ok()) {
+                    copy.keep(frame);
+                }
+                // A client that knows the length stops reading at the last frame, never seeing the end.
+                if self.body.as_ref().is_some_and(HttpBody::is_end_stream) {
+                    self.finished.store(true, Ordering::Release);
+                }
+            }
+            _ => {}
         }
         polled
     }
@@ -442,5 +522,37 @@ mod tests {
 
         let too_big = http::Request::builder().header("content-length", "2000").body(body::empty()).expect("request");
         assert_eq!(Outgoing::new(too_big, 1024).err().map(|e| e.http_status()), Some(413));
+    }
+
+    #[tokio::test]
+    async fn a_replayable_body_read_whole_is_sent_again_and_one_over_its_limit_is_not() {
+        use http_body_util::BodyExt;
+        let backend = HttpBackend::new(SocketAddr::from(([127, 0, 0, 1], 8080)), 1024, HttpLimits::default());
+        let post = |body: &'static str| http::Request::post("/").body(body::full(body)).expect("request");
+        let outgoing = Outgoing::new(post("abc"), 1024).expect("forwardable").replayable(3);
+        assert!(outgoing.can_resend(), "nobody read it yet");
+        // Read as a client that knows the length reads it: up to the last frame, not to the end.
+        let mut first = backend.addressed(&outgoing).expect("addressed").into_body();
+        let mut read = Vec::new();
+        while !first.is_end_stream() {
+            let frame = first.frame().await.expect("a frame").expect("data");
+            read.extend_from_slice(frame.data_ref().expect("data"));
+        }
+        assert_eq!(read, b"abc");
+        assert!(outgoing.can_resend(), "read whole, within the limit");
+        for _ in 0..2 {
+            let again = backend.addressed(&outgoing).expect("the copy").into_body();
+            assert_eq!(again.collect().await.expect("body").to_bytes(), "abc");
+        }
+
+        let large = Outgoing::new(post("abcd"), 1024).expect("forwardable").replayable(3);
+        let first = backend.addressed(&large).expect("addressed").into_body();
+        assert_eq!(first.collect().await.expect("body").to_bytes(), "abcd");
+        assert!(!large.can_resend(), "over the limit: no copy");
+        assert!(backend.addressed(&large).is_err());
+
+        let plain = Outgoing::new(post("abc"), 1024).expect("forwardable");
+        drop(backend.addressed(&plain).expect("addressed").into_body().collect().await);
+        assert!(!plain.can_resend(), "only a replayable request keeps a copy");
     }
 }

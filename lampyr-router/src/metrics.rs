@@ -35,6 +35,8 @@ pub struct RouterMetrics {
     pub unrouted: Counter,
     /// Connections to fiberd instances that failed, so the request went to another instance.
     pub upstream_connect_failures: Family<Labels, Counter>,
+    /// Requests a fiberd instance refused to run (no slot, queue full), so they went to another instance.
+    pub upstream_refusals: Family<Labels, Counter>,
     /// Loaded fiberd instances a Revision's requests may go to.
     pub instances: Family<Labels, Gauge>,
     /// KIngresses of the router's class programmed into its routes.
@@ -53,6 +55,7 @@ impl Default for RouterMetrics {
             queue_depth: Family::default(),
             unrouted: Counter::default(),
             upstream_connect_failures: Family::default(),
+            upstream_refusals: Family::default(),
             instances: Family::default(),
             ingresses: Gauge::default(),
         }
@@ -75,6 +78,11 @@ impl RouterMetrics {
             "upstream_connect_failures",
             "Connections to fiberd instances that failed, the request going to another instance",
             self.upstream_connect_failures.clone(),
+        );
+        r.register(
+            "upstream_refusals",
+            "Requests a fiberd instance refused to run (no fiber slot free, its queue full), each then offered to another instance",
+            self.upstream_refusals.clone(),
         );
         r.register("instances", "Loaded fiberd instances serving a revision", self.instances.clone());
         r.register("ingresses", "KIngresses of the router's class programmed into its routes", self.ingresses.clone());

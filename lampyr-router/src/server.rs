@@ -45,6 +45,9 @@ use lampyr_api::networking::IngressVisibility;
 pub const REVISION_HEADER: &str = "knative-serving-revision";
 /// Header naming the Revision's namespace on the cluster path.
 pub const NAMESPACE_HEADER: &str = "knative-serving-namespace";
+/// Header on an answer to a request no guest code ran for ([`InvokeError::retryable`]),
+/// naming the outcome: fiber-router sends such a request to another instance. Guests cannot set it.
+pub const REFUSED_HEADER: &str = "lampyr-refused";
 use crate::peers::{HASH_HEADER, PROBE_HEADER};
 
 /// Router settings.
@@ -480,6 +483,9 @@ fn error_response(err: &InvokeError) -> Resp {
     let mut resp = text(status, &format!("{err}\n"));
     if status == StatusCode::SERVICE_UNAVAILABLE {
         resp.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if err.retryable() {
+        resp.headers_mut().insert(REFUSED_HEADER, HeaderValue::from_static(err.outcome()));
     }
     resp
 }

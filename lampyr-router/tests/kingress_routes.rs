@@ -73,7 +73,7 @@ async fn serve(table: RouteTable) -> SocketAddr {
 
 async fn revision(router_metrics: &lampyr_router::metrics::RouterMetrics, name: &'static str) -> RevisionEntry {
     let backend = FiberdBackend::new("ns", name, FiberdConfig::default(), router_metrics);
-    backend.set_instances(&[Instance { name: name.into(), address: upstream(name).await, warm_fibers: 1 }], false);
+    backend.set_instances(&[Instance { name: name.into(), address: upstream(name).await, warm_fibers: 1, max_fibers: 1 }], false);
     let policy = FiberPolicy { timeouts: TimeoutPolicy::uniform(Duration::from_secs(30)), ..FiberPolicy::default() };
     RevisionEntry::new("ns", name, policy, backend)
 }

@@ -20,6 +20,7 @@ fn registered() -> BTreeSet<String> {
     router.fibers_actual.get_or_create(&labels).set(1);
     router.queue_depth.get_or_create(&labels).set(1);
     router.upstream_connect_failures.get_or_create(&labels).inc();
+    router.upstream_refusals.get_or_create(&labels).inc();
     router.instances.get_or_create(&labels).set(1);
     let runtime = RuntimeMetrics::default();
     runtime.register(&mut registry);

@@ -125,6 +125,11 @@ impl FiberPool {
         self.inner.config.capacity.as_ref()
     }
 
+    /// Most fibers the pool runs at once.
+    pub fn max_fibers(&self) -> usize {
+        self.inner.config.max_fibers
+    }
+
     /// The template fibers come from.
     pub fn template(&self) -> &Template {
         &self.inner.template
