@@ -33,6 +33,23 @@ fn loaded(e: Option<&HomeInstance>) -> bool {
     e.is_some_and(|e| e.loaded)
 }
 
+/// Grant `grant`'s instances `<grant>-0`, `<grant>-1`, …, one per entry of `capacity`
+/// (the instance's fiber slots and memory; unbounded when `None`).
+async fn start_instances(env: &Env, registry: &TestRegistry, grant: &str, capacity: &[Option<(u32, u64)>]) -> Vec<Daemon> {
+    let count = u32::try_from(capacity.len()).expect("a few instances");
+    let mut daemons = Vec::new();
+    for (index, held) in (0..count).zip(capacity) {
+        let name = format!("{grant}-{index}");
+        let daemon = Daemon::start_with(env, &name, &[grant], registry, |c| {
+            c.instance = Some(InstanceShare { index, count });
+            c.capacity = *held;
+        })
+        .await;
+        daemons.push(daemon);
+    }
+    daemons
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn fibers_stay_within_the_instance_slots_and_freed_slots_are_used_again() {
     let env = Env::new("fiberd-capacity").await;
@@ -84,12 +101,7 @@ async fn two_instances_together_keep_a_revision_within_its_min_and_max_scale() {
     let env = Env::new("fiberd-pair").await;
     let registry = TestRegistry::start();
     let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
-    let mut daemons = Vec::new();
-    for index in 0..2 {
-        let share = InstanceShare { index, count: 2 };
-        let name = format!("pair-{index}");
-        daemons.push(Daemon::start_with(&env, &name, &["pair"], &registry, |c| c.instance = Some(share)).await);
-    }
+    let daemons = start_instances(&env, &registry, "pair", &[None, None]).await;
     let homes = env.homes();
 
     // min-scale = max-scale = 3 over two instances: 2 and 1 warm fibers, never 3 each.
@@ -134,16 +146,7 @@ async fn a_request_one_instance_has_no_room_for_is_served_by_one_that_has() {
     let registry = TestRegistry::start();
     let artifact = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
     // Two instances of one grant: the first holds one fiber slot, the second three.
-    let mut daemons = Vec::new();
-    for (index, slots) in [(0, 1), (1, 3)] {
-        let name = format!("room-{index}");
-        let daemon = Daemon::start_with(&env, &name, &["room"], &registry, |c| {
-            c.instance = Some(InstanceShare { index, count: 2 });
-            c.capacity = Some((slots, MEMORY));
-        })
-        .await;
-        daemons.push(daemon);
-    }
+    let daemons = start_instances(&env, &registry, "room", &[Some((1, MEMORY)), Some((3, MEMORY))]).await;
     let homes = env.homes();
 
     // min-scale 2 split 1 + 1 fills the first instance.

@@ -302,16 +302,26 @@ impl Outgoing {
     /// Whether another attempt can send the whole body: nobody read it yet, or an
     /// attempt read all of it and a copy was kept.
     pub(crate) fn can_resend(&self) -> bool {
-        self.body.lock().map(|b| b.is_some()).unwrap_or(false) || self.copied().is_some()
+        self.unread() || self.copy_complete()
     }
 
-    /// The whole body, when an attempt has read it to its end and it was copied.
+    /// No attempt has taken the body yet.
+    fn unread(&self) -> bool {
+        self.body.lock().map(|b| b.is_some()).unwrap_or(false)
+    }
+
+    /// An attempt has read the body to its end and all of it was copied.
+    fn copy_complete(&self) -> bool {
+        self.finished.load(Ordering::Acquire) && self.copy.as_ref().and_then(|c| c.lock().ok()).is_some_and(|c| !c.lost)
+    }
+
+    /// The whole body, when [`Outgoing::copy_complete`].
     fn copied(&self) -> Option<Bytes> {
-        if !self.finished.load(Ordering::Acquire) {
+        if !self.copy_complete() {
             return None;
         }
         let copy = self.copy.as_ref()?.lock().ok()?;
-        (!copy.lost).then(|| copy.chunks.concat().into())
+        Some(copy.chunks.concat().into())
     }
 
     /// Sets `name` to `value`, replacing what the client sent.
@@ -322,8 +332,7 @@ impl Outgoing {
     /// A body for one attempt: the request's own while nobody read it, else its copy;
     /// fails when an earlier attempt read it and no whole copy was kept.
     fn lend(&self) -> Result<Lent, InvokeError> {
-        let present = self.body.lock().map(|b| b.is_some()).unwrap_or(false);
-        if present {
+        if self.unread() {
             return Ok(Lent { slot: Arc::clone(&self.body), body: None, finished: Arc::clone(&self.finished), copy: self.copy.clone() });
         }
         match self.copied() {
