@@ -218,7 +218,7 @@ impl Cache {
         let dir = self.root().join("blobs").join("sha256");
         let mut entries = Vec::new();
         for item in read_dir(&dir)? {
-            let meta = item.metadata().map_err(|e| io_error(&item.path(), e))?;
+            let Some(meta) = still_there(&item.path(), item.metadata())? else { continue };
             if meta.is_file() && meta.nlink() == 1 {
                 let name = format!("sha256:{}", item.file_name().to_string_lossy());
                 let last_used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
@@ -311,7 +311,8 @@ fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>, CacheError> {
 fn disk_bytes(dir: &Path) -> Result<u64, CacheError> {
     fn walk(dir: &Path, seen: &mut HashSet<(u64, u64)>, total: &mut u64) -> Result<(), CacheError> {
         for entry in read_dir(dir)? {
-            let meta = fs::symlink_metadata(entry.path()).map_err(|e| io_error(&entry.path(), e))?;
+            // Another process may rename or remove what it is building meanwhile.
+            let Some(meta) = still_there(&entry.path(), fs::symlink_metadata(entry.path()))? else { continue };
             if meta.is_dir() {
                 walk(&entry.path(), seen, total)?;
             } else if meta.is_file() && seen.insert((meta.dev(), meta.ino())) {
@@ -323,6 +324,15 @@ fn disk_bytes(dir: &Path) -> Result<u64, CacheError> {
     let (mut seen, mut total) = (HashSet::new(), 0);
     walk(dir, &mut seen, &mut total)?;
     Ok(total)
+}
+
+/// `metadata` of `path`, or `None` when the file went away since it was listed.
+fn still_there(path: &Path, metadata: io::Result<fs::Metadata>) -> Result<Option<fs::Metadata>, CacheError> {
+    match metadata {
+        Ok(meta) => Ok(Some(meta)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(path, e)),
+    }
 }
 
 fn latest_mtime(paths: &[&Path]) -> SystemTime {
@@ -345,4 +355,27 @@ fn remove_file(path: &Path) -> Result<(), CacheError> {
 
 fn io_error(path: &Path, source: io::Error) -> CacheError {
     CacheError::Io { path: path.to_path_buf(), source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_removed_between_listing_and_stat_is_skipped_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join(".building-x");
+        fs::create_dir(&gone).unwrap();
+        fs::write(dir.path().join("kept"), b"four").unwrap();
+        let listed = read_dir(dir.path()).unwrap();
+        fs::remove_dir(&gone).unwrap();
+        let mut present = Vec::new();
+        for entry in listed {
+            if let Some(meta) = still_there(&entry.path(), fs::symlink_metadata(entry.path())).unwrap() {
+                present.push((entry.file_name(), meta.len()));
+            }
+        }
+        assert_eq!(present, vec![("kept".into(), 4)]);
+        assert_eq!(disk_bytes(dir.path()).unwrap(), 4);
+    }
 }
