@@ -359,6 +359,7 @@ fn io_error(path: &Path, source: io::Error) -> CacheError {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
