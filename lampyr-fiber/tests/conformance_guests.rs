@@ -6,9 +6,11 @@
 use std::time::Duration;
 
 use lampyr_abi::{Env, Header, Request, Response};
+use lampyr_api::policy::FiberPolicy;
 use lampyr_artifact::verify_layout;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::runtime::revision_pool;
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
 use lampyr_router::InvokeError;
 use lampyr_testenv::conformance_guest_elf;
@@ -145,4 +147,38 @@ async fn runtime_reports_the_request_and_environment_as_go_would() {
     let (_dir, pool) = pool_with_args("runtime", &[], &["/ko-app/runtime", "abra", "cadabra", "do"]).expect("loads");
     let info: serde_json::Value = serde_json::from_slice(&answer(&pool, get("/", &[])).await.body).expect("JSON");
     assert_eq!(info["host"]["args"], serde_json::json!(["/ko-app/runtime", "abra", "cadabra", "do"]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_memory_limit_is_the_heap_even_above_the_artifacts() {
+    require_kvm();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let layout = dir.path().join("artifact");
+    let built = build_artifact(&conformance_guest_elf("autoscale"), &layout, &BuildOptions::default()).expect("artifact builds");
+    let artifact = verify_layout(&layout, Some(&built.digest)).expect("artifact verifies");
+    let built_heap = artifact.metadata.heap_size;
+    assert!(built_heap < 32 << 20, "the default heap is small: {built_heap}");
+    let deadline = || Instant::now() + Duration::from_secs(120);
+    let bloat = |mb: u64| get(&format!("/?bloat={mb}"), &[]);
+
+    // The artifact's own heap cannot hold 32 MiB: the guest aborts.
+    let config = |name: &str| PoolConfig { revision: name.into(), max_fibers: 1, queue_capacity: 4, capacity: None };
+    let small = FiberPool::new(Template::load(&artifact, &Env::default()).expect("loads"), config("small"), RuntimeMetrics::default());
+    let err = small.invoke(bloat(32), deadline()).await.expect_err("32 MiB is over the built heap");
+    assert!(matches!(err, InvokeError::Crashed(_)), "{err:?}");
+
+    // A Revision limited to 64 MiB gets 64 MiB of heap: 32 MiB fits, 100 MiB does not.
+    let policy = FiberPolicy { memory_bytes: Some(64 << 20), ..FiberPolicy::default() };
+    let pool = revision_pool(&artifact, &policy, "limited-00001", 1, None, RuntimeMetrics::default()).expect("pool");
+    let resp = answer(&pool, bloat(32)).await;
+    assert_eq!((resp.status, body(&resp)), (200, "Allocated 32 Mb of memory.\n"));
+    let err = pool.invoke(bloat(100), deadline()).await.expect_err("100 MiB is over the limit");
+    assert!(matches!(err, InvokeError::Crashed(_)), "{err:?}");
+    let resp = answer(&pool, bloat(32)).await;
+    assert_eq!(resp.status, 200, "the fiber recovers from the abort");
+
+    // Below the artifact's heap stays refused: a fiber cannot be given less than it was built with.
+    let below = FiberPolicy { memory_bytes: Some(built_heap / 2), ..FiberPolicy::default() };
+    let err = revision_pool(&artifact, &below, "below-00001", 1, None, RuntimeMetrics::default()).err().expect("refused");
+    assert!(err.to_string().contains("below the artifact's fiber heap"), "{err}");
 }

@@ -105,6 +105,8 @@ struct AccountState {
     reserved: u32,
     /// Fibers alive; those beyond `reserved` hold burst slots.
     live: u32,
+    /// Memory the pool's template holds on this instance, in bytes.
+    template: u64,
 }
 
 impl AccountState {
@@ -175,6 +177,16 @@ impl CapacityAccount {
         self.set_reserved(wanted)
     }
 
+    /// Counts `bytes` of the instance's memory as this pool's while the account lives: a
+    /// template booted on this instance holds its snapshot in memory. Counted even beyond
+    /// what is free, since the memory is in use: fibers beyond reservations are then refused.
+    pub fn hold_template(&self, bytes: u64) {
+        let mut state = self.state();
+        let mut usage = self.capacity.lock();
+        usage.reserved_memory = usage.reserved_memory.saturating_sub(state.template).saturating_add(bytes);
+        state.template = bytes;
+    }
+
     /// Takes a slot for one more fiber: from the reservation while it lasts, else from
     /// what no account reserves or uses. Give it back with [`CapacityAccount::release`].
     pub fn admit(&self) -> Result<(), CapacityExhausted> {
@@ -226,6 +238,7 @@ impl Drop for CapacityAccount {
         let burst = state.burst();
         state.live = 0;
         let mut usage = self.capacity.lock();
+        usage.reserved_memory = usage.reserved_memory.saturating_sub(std::mem::take(&mut state.template));
         usage.burst_slots = usage.burst_slots.saturating_sub(burst);
         usage.burst_memory = usage.burst_memory.saturating_sub(u64::from(burst) * self.fiber_memory);
     }
@@ -253,6 +266,20 @@ mod tests {
         b.release();
         a.admit().expect("a bursts into the slot b gave back");
         assert_eq!(capacity.usage(), CapacityUsage { reserved_slots: 2, reserved_memory: 200, burst_slots: 2, burst_memory: 200 });
+    }
+
+    #[test]
+    fn a_template_held_in_memory_takes_room_from_fibers_until_dropped() {
+        let capacity = Capacity::new(10, 400);
+        let a = capacity.account(0, 100);
+        a.hold_template(350);
+        let b = capacity.account(0, 100);
+        let refused = b.admit().expect_err("350 of 400 B are the template's");
+        assert_eq!(refused.used_memory, 350);
+        a.hold_template(200);
+        b.admit().expect("the template shrank");
+        drop(a);
+        assert_eq!(capacity.usage(), CapacityUsage { reserved_slots: 0, reserved_memory: 0, burst_slots: 1, burst_memory: 100 });
     }
 
     #[test]

@@ -36,9 +36,12 @@ pub enum RevisionPoolError {
 /// when `max-scale` is 0), and a queue of fiber-router's size for them;
 /// its fibers take slots of `capacity` when given (fiberd's grant instance).
 ///
+/// The policy's memory is the guest's heap: below the artifact's heap it is
+/// refused; above it, the carried guest ELF is booted with a heap of that size.
+///
 /// Blocks while the template loads (and, for an artifact from another
-/// platform or with an environment, while guest code runs): call it off the
-/// serving path. The pool starts with no fibers.
+/// platform, with an environment or a larger heap, while guest code runs):
+/// call it off the serving path. The pool starts with no fibers.
 pub fn revision_pool(
     artifact: &VerifiedArtifact,
     policy: &FiberPolicy,
@@ -51,7 +54,12 @@ pub fn revision_pool(
     if let Some(memory) = policy.memory_bytes.filter(|m| *m < heap) {
         return Err(RevisionPoolError::MemoryBelowHeap { memory, heap });
     }
-    let template = Template::load(artifact, &Env { vars: policy.env.clone(), args: policy.args.clone() })?;
+    // The memory limit is the guest's heap: a larger limit than the snapshot's heap boots it larger.
+    let env = Env { vars: policy.env.clone(), args: policy.args.clone() };
+    let template = Template::load_with_heap(artifact, &env, policy.memory_bytes.unwrap_or(heap))?;
+    if let Some(account) = &capacity {
+        account.hold_template(template.resident_bytes());
+    }
     let max = if policy.scaling.max_scale == 0 { unbounded_max } else { policy.scaling.max_scale };
     let max_fibers = usize::try_from(max).unwrap_or(usize::MAX).max(1);
     let queue_capacity = lampyr_router::cluster::queue_for_fibers(max_fibers);

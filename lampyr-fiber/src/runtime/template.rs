@@ -13,6 +13,9 @@ use lampyr_artifact::{ArtifactError, FiberMetadata, PlatformFit, VerifiedArtifac
 /// The snapshot fibers of one Revision are restored from, and its limits.
 pub struct Template {
     snapshot: Arc<Snapshot>,
+    /// Whether the snapshot was made in this process (booted or configured here) rather
+    /// than mapped from the artifact's layout.
+    made_here: bool,
     metadata: FiberMetadata,
     sizes: SandboxSizes,
     digest: String,
@@ -22,24 +25,54 @@ impl Template {
     /// Loads `artifact` and applies `env`. A snapshot taken on another platform
     /// is not restored: the carried guest ELF is booted and snapshotted here.
     pub fn load(artifact: &VerifiedArtifact, env: &Env) -> Result<Self, ArtifactError> {
+        Self::load_with_heap(artifact, env, artifact.metadata.heap_size)
+    }
+
+    /// [`Template::load`] with a guest heap of `heap` bytes: when that is larger than
+    /// the snapshot's, the carried guest ELF is booted with it and snapshotted here
+    /// (a Revision whose memory limit is above its artifact's heap gets the limit).
+    pub fn load_with_heap(artifact: &VerifiedArtifact, env: &Env, heap: u64) -> Result<Self, ArtifactError> {
+        let mut metadata = artifact.metadata.clone();
+        let mut made_here = true;
         let base = match &artifact.fit {
-            PlatformFit::Fits => load_snapshot(artifact)?,
+            PlatformFit::Fits if heap <= metadata.heap_size => {
+                made_here = false;
+                load_snapshot(artifact)?
+            }
+            PlatformFit::Fits => {
+                tracing::info!(artifact = %artifact.digest, heap, snapshot_heap = metadata.heap_size,
+                    "the memory limit is above the snapshot's heap; booting the carried guest ELF with a heap of the limit");
+                metadata.heap_size = heap;
+                reboot_from_elf(artifact, &metadata)?
+            }
             PlatformFit::Mismatch { field, host, snapshot } => {
                 tracing::warn!(
                     artifact = %artifact.digest, field = *field, host = %host, snapshot = %snapshot,
                     "snapshot was taken on another platform; booting the carried guest ELF and re-snapshotting locally"
                 );
-                reboot_from_elf(artifact)?
+                metadata.heap_size = metadata.heap_size.max(heap);
+                reboot_from_elf(artifact, &metadata)?
             }
         };
-        let sizes = build_options(&artifact.metadata).sizes();
-        let snapshot = if env.vars.is_empty() && env.args.is_empty() { base } else { apply_env(base, env, &sizes)? };
-        Ok(Template { snapshot, metadata: artifact.metadata.clone(), sizes, digest: artifact.digest.clone() })
+        let sizes = build_options(&metadata).sizes();
+        let snapshot = if env.vars.is_empty() && env.args.is_empty() {
+            base
+        } else {
+            made_here = true;
+            apply_env(base, env, &sizes)?
+        };
+        Ok(Template { snapshot, made_here, metadata, sizes, digest: artifact.digest.clone() })
     }
 
     /// The snapshot fibers are built from and restored to.
     pub fn snapshot(&self) -> &Arc<Snapshot> {
         &self.snapshot
+    }
+
+    /// Bytes of process memory the snapshot itself holds: about its guest memory when it
+    /// was booted or configured here, none when it maps the artifact's files.
+    pub fn resident_bytes(&self) -> u64 {
+        if self.made_here { self.sizes.scratch } else { 0 }
     }
 
     /// Lampyr metadata of the artifact.
@@ -82,9 +115,10 @@ fn load_snapshot(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, ArtifactE
         .map_err(|e| ArtifactError::hyperlight(format!("loading snapshot {}", artifact.snapshot_manifest), e))
 }
 
-fn reboot_from_elf(artifact: &VerifiedArtifact) -> Result<Arc<Snapshot>, ArtifactError> {
+/// Boots `artifact`'s carried guest ELF with the sizes `metadata` records and snapshots it.
+fn reboot_from_elf(artifact: &VerifiedArtifact, metadata: &FiberMetadata) -> Result<Arc<Snapshot>, ArtifactError> {
     let elf = std::fs::read(&artifact.guest_elf).map_err(|e| ArtifactError::io(&artifact.guest_elf, e))?;
-    let mut sandbox = boot_guest(&elf, &build_options(&artifact.metadata))?;
+    let mut sandbox = boot_guest(&elf, &build_options(metadata))?;
     sandbox.snapshot().map_err(|e| ArtifactError::hyperlight("snapshotting the rebooted guest", e))
 }
 

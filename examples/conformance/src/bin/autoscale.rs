@@ -2,9 +2,9 @@
 //! request answers 200 with an empty body):
 //! - `sleep`: milliseconds, or a Go duration (`100ms`); appends `Slept for <waited>.`
 //! - `prime=N`: appends `The largest prime less than N is P.`
-//! - `bloat=M`: allocates and fills M MiB, appends `Allocated M Mb of memory.` (more than
-//!   the guest's heap aborts the guest, which the host answers with a 5xx, as upstream's
-//!   OOM-killed container is answered).
+//! - `bloat=M`: allocates M MiB (upstream also fills them; see [`mebibyte`]), appends `Allocated M Mb of memory.` (more than
+//!   the guest's heap, which is the Revision's memory limit, aborts the guest, which the host
+//!   answers with a 5xx, as upstream's OOM-killed container is answered).
 //!
 //! Invalid values get upstream's 400 messages. `sleep-stddev` (a random sleep) is not
 //! offered: a fiber has no entropy source and no clock of its own.
@@ -16,8 +16,19 @@ extern crate alloc;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
+use alloc::vec::Vec;
 
 use lampyr_guest::{Request, Response};
+
+/// One MiB of the heap, allocated but written only at its start: the heap (the
+/// Revision's memory limit) is what bounds the allocation, and every page first
+/// written costs milliseconds under emulated KVM (filling 200 MiB takes minutes).
+/// In MiB pieces because the guest's buddy allocator gives no block over half the heap.
+fn mebibyte() -> Vec<u8> {
+    let mut block = Vec::with_capacity(1 << 20);
+    block.push(1u8);
+    block
+}
 
 /// Upstream's `http.Error`: the message and a newline, plain text, `nosniff`.
 fn bad_request(message: &str) -> Response {
@@ -110,7 +121,7 @@ fn handle(req: Request) -> Response {
             Ok(_) => return bad_request("Non-positive durations are not supported"),
             Err(_) => return bad_request(&format!("strconv.Atoi: parsing \"{bloat}\": invalid syntax")),
         };
-        let memory = vec![1u8; mb * 1024 * 1024];
+        let memory: Vec<Vec<u8>> = (0..mb).map(|_| mebibyte()).collect();
         core::hint::black_box(&memory);
         body.push_str(&format!("Allocated {mb} Mb of memory.\n"));
     }
