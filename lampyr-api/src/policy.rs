@@ -151,6 +151,27 @@ pub struct FiberPolicy {
     /// The first container port's number, if declared (informational for fibers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// The container's `readinessProbe`, when it has an `httpGet` handler: the request a
+    /// new template must answer with a 2xx or 3xx before its Revision serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessCheck>,
+}
+
+/// An `httpGet` readiness probe, as a fiber runs it: one request to a fresh fiber.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessCheck {
+    /// The path (and query) requested; `/` when the probe gives none.
+    pub path: String,
+    /// `httpHeaders`, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<EnvEntry>,
+    /// `timeoutSeconds` (default 1): how long one attempt may take.
+    #[serde(with = "go_duration")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
+    /// `failureThreshold` (default 3): attempts that may time out before the probe fails.
+    pub failure_threshold: u32,
 }
 
 /// One environment variable on the wire.
@@ -375,6 +396,7 @@ impl Default for FiberPolicy {
             args: Vec::new(),
             http2: false,
             port: None,
+            readiness: None,
         }
     }
 }

@@ -31,7 +31,8 @@ use serde_json::json;
 use support::{Ly, stderr, text};
 
 /// The guests standing in for upstream's test images, by the image name the suites use.
-const GUESTS: [&str; 8] = ["helloworld", "pizzaplanetv1", "pizzaplanetv2", "failing", "timeout", "autoscale", "singlethreaded", "runtime"];
+const GUESTS: [&str; 9] =
+    ["helloworld", "pizzaplanetv1", "pizzaplanetv2", "failing", "timeout", "autoscale", "singlethreaded", "runtime", "readiness"];
 /// The domain the installation serves Services under.
 const DOMAIN: &str = "conformance.example";
 /// Largest request body the guests accept (the default of `ly snapshot build`).

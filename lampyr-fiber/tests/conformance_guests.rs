@@ -1,16 +1,17 @@
 //! The fiber stand-ins for Knative's conformance test images (`examples/conformance`) answer
 //! as upstream's images do, byte for byte where the suites compare, under /dev/kvm; and the
 //! host functions they use: `LampyrSleep` waits and ends at the request deadline, and a guest
-//! whose `start` panics does not load (upstream's `failing`).
+//! whose `start` panics does not load (upstream's `failing`); readiness probes run against a template;
+//! a memory limit above the artifact's heap becomes the heap.
 
 use std::time::Duration;
 
 use lampyr_abi::{Env, Header, Request, Response};
-use lampyr_api::policy::FiberPolicy;
+use lampyr_api::policy::{FiberPolicy, ReadinessCheck};
 use lampyr_artifact::verify_layout;
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::runtime::revision_pool;
+use lampyr_fiber::runtime::{NotReady, check_ready, revision_pool};
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
 use lampyr_router::InvokeError;
 use lampyr_testenv::conformance_guest_elf;
@@ -181,4 +182,38 @@ async fn the_memory_limit_is_the_heap_even_above_the_artifacts() {
     let below = FiberPolicy { memory_bytes: Some(built_heap / 2), ..FiberPolicy::default() };
     let err = revision_pool(&artifact, &below, "below-00001", 1, None, RuntimeMetrics::default()).err().expect("refused");
     assert!(err.to_string().contains("below the artifact's fiber heap"), "{err}");
+}
+
+fn probe(path: &str, timeout: Duration, failure_threshold: u32) -> ReadinessCheck {
+    ReadinessCheck { path: path.into(), headers: Vec::new(), timeout, failure_threshold }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_waits_out_its_delay_at_start_and_its_probe_decides_readiness() {
+    const HELLO: &str = "Hello World! How about some tasty noodles?";
+    let started = std::time::Instant::now();
+    let (_dir, ready) = pool("readiness", &[("READY_DELAY", "1s"), ("LISTEN_DELAY", "500ms")]).expect("loads");
+    assert!(started.elapsed() >= Duration::from_millis(1500), "not ready before both delays: {:?}", started.elapsed());
+    let no_query = format!("{HELLO}no query\n");
+    for (uri, status, expected) in [
+        ("/healthz/readiness", 200, HELLO),
+        ("/any", 200, HELLO),
+        ("/start-failing", 200, "will now fail readiness"),
+        ("/query?probe=ok", 200, no_query.as_str()),
+        ("/query", 500, "no query\n"),
+    ] {
+        let resp = answer(&ready, get(uri, &[])).await;
+        assert_eq!((resp.status, body(&resp)), (status, expected), "{uri}");
+    }
+
+    let wait = Duration::from_secs(60);
+    check_ready(&ready, &probe("/healthz/readiness", wait, 1)).await.expect("its readiness path passes");
+    let err = check_ready(&ready, &probe("/query", wait, 3)).await.expect_err("a 500 fails at once");
+    assert!(matches!(err, NotReady::Answered { status: 500, .. }), "{err:?}");
+    assert!(err.to_string().contains("GET /query answered 500 (no query)"), "{err}");
+
+    // A guest that does not answer in time fails after failureThreshold attempts.
+    let (_dir, slow) = pool("timeout", &[]).expect("loads");
+    let err = check_ready(&slow, &probe("/?timeout=30000", Duration::from_millis(300), 2)).await.expect_err("times out");
+    assert!(matches!(err, NotReady::NoAnswer { attempts: 2, last: InvokeError::Timeout, .. }), "{err:?}");
 }

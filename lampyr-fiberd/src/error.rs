@@ -139,6 +139,9 @@ pub enum LoadError {
         /// Why.
         source: Box<RevisionPoolError>,
     },
+    /// The template failed its readiness probe (retried with backoff).
+    #[error(transparent)]
+    NotReady(#[from] lampyr_fiber::runtime::NotReady),
     /// The first fibers (`initial-scale`) could not be started.
     #[error("starting the first fibers: {0}")]
     Start(#[source] InvokeError),

@@ -16,7 +16,7 @@ use lampyr_artifact::seal::{FleetKey, open_artifact};
 use lampyr_artifact::{ArtifactRef, VerifiedArtifact};
 use lampyr_fiber::LocalBackend;
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::runtime::{Capacity, revision_pool};
+use lampyr_fiber::runtime::{Capacity, check_ready, revision_pool};
 use lampyr_router::ScalerConfig;
 
 use tokio::sync::watch;
@@ -78,6 +78,9 @@ impl Loader {
         let unbounded = self.capacity.as_ref().map_or(self.scaler.max_fibers, |c| c.slots().min(self.scaler.max_fibers));
         let pool = revision_pool(&artifact, &policy, &spec.revision_name, unbounded, account, self.metrics.clone())
             .map_err(|e| LoadError::Pool { artifact: artifact.digest.clone(), source: Box::new(e) })?;
+        if let Some(check) = &policy.readiness {
+            check_ready(&pool, check).await?;
+        }
         let backend = LocalBackend::start(pool, policy.scaling, self.scaler.clone()).await.map_err(LoadError::Start)?;
         self.prune_cache();
         Ok((backend, lease))

@@ -1,15 +1,16 @@
 //! fiberd against the real cluster environment, a real registry and real
 //! fibers under /dev/kvm, run in-process: loading, serving, reloading and
-//! releasing Homes, refusing what does not verify or does not open, and
-//! scaling to zero and back, all observed through Home status and requests.
+//! releasing Homes, refusing what does not verify, does not open or fails its
+//! readiness probe, and scaling to zero and back, all observed through Home status and requests.
 
 mod support;
 
 use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams};
-use lampyr_api::policy::ClusterScaling;
+use lampyr_api::policy::{ClusterScaling, FiberPolicy, ReadinessCheck};
 use lampyr_artifact::seal::FleetKey;
+use lampyr_testenv::artifacts::conformance_artifact;
 use lampyr_testenv::{TestRegistry, push_artifact, push_sealed};
 use serde_json::json;
 use support::{Daemon, Env, entry, hello_artifact, hello_policy, http, wait_entry, wait_until};
@@ -280,5 +281,41 @@ async fn a_home_scales_to_zero_and_back() {
     tokio::time::timeout(Duration::from_secs(60), wait_entry(&homes, "zero-00001", "grant-a-0", "back to zero", warm(0)))
         .await
         .expect("back to zero within a minute");
+    fiberd.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_failing_its_readiness_probe_is_not_served_and_says_why() {
+    let env = Env::new("fiberd-ready").await;
+    let registry = TestRegistry::start();
+    let artifact = push_artifact(&registry, "conformance/readiness", &conformance_artifact("readiness", BODY)).await;
+    let fiberd = Daemon::start(&env, "grant-a-0", &["grant-a"], &registry).await;
+    let homes = env.homes();
+    let probed = |path: &str| FiberPolicy {
+        readiness: Some(ReadinessCheck { path: path.into(), headers: Vec::new(), timeout: Duration::from_secs(30), failure_threshold: 3 }),
+        ..hello_policy()
+    };
+    // The guest answers its readiness path, and 500 on `/query` without `probe=ok`.
+    env.create_home("unready-00001", "grant-a", &artifact, None, probed("/query")).await;
+    env.create_home("ready-00001", "grant-a", &artifact, None, probed("/healthz/readiness")).await;
+
+    wait_entry(&homes, "ready-00001", "grant-a-0", "loaded", loaded).await;
+    assert_eq!(fiberd.get(&env.ns, "ready-00001").await, (200, "Hello World! How about some tasty noodles?".to_string()));
+    let e = wait_entry(&homes, "unready-00001", "grant-a-0", "failed", failed).await.expect("entry");
+    let message = e.message.expect("message");
+    eprintln!("unready: {message}");
+    assert!(message.contains("readiness probe GET /query answered 500 (no query)"), "{message}");
+    assert_eq!(fiberd.get(&env.ns, "unready-00001").await.0, 404, "a Revision failing its probe is not served");
+
+    // A probe the guest passes loads the next generation.
+    let patch = json!({"spec": {"policy": {"readiness": {"path": "/query?probe=ok", "timeout": "30s", "failureThreshold": 3}}}});
+    homes.patch("unready-00001", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    let e = wait_entry(&homes, "unready-00001", "grant-a-0", "generation 2 loaded", |e| {
+        e.is_some_and(|e| e.loaded && e.observed_generation == 2)
+    })
+    .await
+    .expect("entry");
+    assert_eq!(e.message, None);
+    assert_eq!(fiberd.get(&env.ns, "unready-00001").await.0, 200);
     fiberd.stop().await;
 }

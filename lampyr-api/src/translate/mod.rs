@@ -162,7 +162,8 @@ fn translate_parts(
     }
     let (memory_bytes, (env, env_refs), http2, port) = container;
     let args = spec.containers.first().map(|c| c.command.iter().chain(&c.args).flatten().cloned().collect()).unwrap_or_default();
-    Ok(FiberPolicy { container_concurrency, scaling, timeouts, memory_bytes, env, env_refs, args, http2, port })
+    let readiness = spec.containers.first().and_then(|c| c.readiness_probe.as_ref()).and_then(pod::readiness_check);
+    Ok(FiberPolicy { container_concurrency, scaling, timeouts, memory_bytes, env, env_refs, args, http2, port, readiness })
 }
 
 /// What the single container contributes to the policy.

@@ -2,7 +2,9 @@
 //! memory, probes and the security settings that already hold for a fiber.
 
 use crate::k8s::{Capabilities, EnvFromSource, EnvVar, ResourceRequirements, SeccompProfile};
-use crate::policy::{EnvRef, EnvSource, EnvSourceKind};
+use std::time::Duration;
+
+use crate::policy::{EnvEntry, EnvRef, EnvSource, EnvSourceKind, ReadinessCheck};
 use crate::quantity::parse_quantity;
 use crate::{Container, PodSecurityContext, Probe, RevisionSpec, SecurityContext};
 
@@ -264,4 +266,20 @@ impl Checker<'_> {
         self.run_as_non_root(base, sc.run_as_non_root);
         self.seccomp(base, sc.seccomp_profile.as_ref());
     }
+}
+
+/// What a fiber runs of a (validated) readiness probe: its `httpGet` request. A
+/// `tcpSocket` probe needs nothing more than a loaded template, so it gives none.
+pub(super) fn readiness_check(probe: &Probe) -> Option<ReadinessCheck> {
+    let get = probe.http_get.as_ref()?;
+    let path = get.path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| "/".to_string());
+    let path = if path.starts_with('/') { path } else { format!("/{path}") };
+    let headers = get.http_headers.iter().flatten().map(|h| EnvEntry { name: h.name.clone(), value: h.value.clone() }).collect();
+    let seconds = |v: Option<i32>, default: u32| v.and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0).unwrap_or(default);
+    Some(ReadinessCheck {
+        path,
+        headers,
+        timeout: Duration::from_secs(u64::from(seconds(probe.timeout_seconds, 1))),
+        failure_threshold: seconds(probe.failure_threshold, 3),
+    })
 }

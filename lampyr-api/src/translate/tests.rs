@@ -58,6 +58,7 @@ fn defaults() {
             args: Vec::new(),
             http2: false,
             port: None,
+            readiness: None,
         }
     );
 }
@@ -646,6 +647,23 @@ fn probe_handlers() {
     // An exec handler is reported once, not also as a missing handler.
     let e = err(&probe("startupProbe", json!({"exec": {"command": ["true"]}})));
     assert_eq!(e.paths(), [format!("{C0}.startupProbe.exec")]);
+}
+
+#[test]
+fn an_http_readiness_probe_is_kept_for_fibers_to_run_and_tcp_needs_nothing() {
+    let probe = |p: Value| ok(&with_container(json!({"image": "x", "readinessProbe": p}))).readiness;
+    let check = probe(json!({
+        "httpGet": {"path": "healthz?full=1", "httpHeaders": [{"name": "X-Probe", "value": "yes"}]},
+        "timeoutSeconds": 4, "failureThreshold": 5, "periodSeconds": 0,
+    }))
+    .expect("an httpGet probe is run");
+    assert_eq!(check.path, "/healthz?full=1");
+    assert_eq!((check.headers[0].name.as_str(), check.headers[0].value.as_str()), ("X-Probe", "yes"));
+    assert_eq!((check.timeout, check.failure_threshold), (Duration::from_secs(4), 5));
+    let defaults = probe(json!({"httpGet": {}})).expect("run");
+    assert_eq!((defaults.path.as_str(), defaults.timeout, defaults.failure_threshold), ("/", Duration::from_secs(1), 3));
+    assert_eq!(probe(json!({"tcpSocket": {}})), None);
+    assert_eq!(probe(json!({"periodSeconds": 1})), None);
 }
 
 #[test]

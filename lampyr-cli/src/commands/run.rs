@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use lampyr_api::{Service, revision_name};
 use lampyr_fiber::LocalBackend;
 use lampyr_fiber::metrics::RuntimeMetrics;
-use lampyr_fiber::runtime::{RevisionPoolError, revision_pool};
+use lampyr_fiber::runtime::{RevisionPoolError, check_ready, revision_pool};
 use lampyr_router::route::{self, RouteOptions, ServiceTraffic, TrafficRoute};
 use lampyr_router::{RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig};
 use prometheus_client::registry::Registry;
@@ -216,6 +216,10 @@ async fn load_revision(
         RevisionPoolError::Template(e) => CliError::Artifact(e),
         e @ RevisionPoolError::MemoryBelowHeap { .. } => CliError::Usage(format!("{}: {e}", source.manifest.display())),
     })?;
+    if let Some(check) = &policy.readiness {
+        with_ui(ui, |ui| ui.step(format!("probing {revision}: GET {}", check.path)));
+        check_ready(&pool, check).await.map_err(|e| CliError::Usage(format!("{}: revision {revision}: {e}", source.manifest.display())))?;
+    }
     let backend = LocalBackend::start(pool, policy.scaling.clone(), scaler.clone())
         .await
         .map_err(|e| CliError::Usage(format!("revision {revision}: {e}")))?;

@@ -1,14 +1,16 @@
-//! Fibers serving requests: templates, fibers, pools, watchdogs.
+//! Fibers serving requests: templates, fibers, pools, readiness, watchdogs.
 
 pub mod capacity;
 pub mod fiber;
 pub mod host;
 pub mod pool;
+pub mod readiness;
 pub mod revision;
 pub mod template;
 pub mod watchdog;
 
 pub use capacity::{Capacity, CapacityAccount, CapacityExhausted, CapacityUsage};
 pub use pool::{CallTimings, FiberPool, PoolConfig, PoolStats};
+pub use readiness::{NotReady, check_ready};
 pub use revision::{RevisionPoolError, revision_pool};
 pub use template::Template;

@@ -18,6 +18,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use lampyr_conformance_guests::{go_duration_ms, http_error};
 use lampyr_guest::{Request, Response};
 
 /// One MiB of the heap, allocated but written only at its start: the heap (the
@@ -30,32 +31,13 @@ fn mebibyte() -> Vec<u8> {
     block
 }
 
-/// Upstream's `http.Error`: the message and a newline, plain text, `nosniff`.
+/// Upstream's `http.Error` with 400.
 fn bad_request(message: &str) -> Response {
-    Response::new(400)
-        .with_header("content-type", "text/plain; charset=utf-8")
-        .with_header("x-content-type-options", "nosniff")
-        .with_body(format!("{message}\n"))
+    http_error(400, message)
 }
 
 fn param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query.split('&').filter_map(|pair| pair.split_once('=')).find(|(key, _)| *key == name).map(|(_, value)| value)
-}
-
-/// A Go duration (`1.5s`, `100ms`, `2m`) in milliseconds.
-fn go_duration_ms(text: &str) -> Option<i64> {
-    let (number, unit) = text.split_at(text.find(|c: char| c.is_ascii_alphabetic())?);
-    let scale = match unit {
-        "ns" => 0.000_001,
-        "us" | "µs" => 0.001,
-        "ms" => 1.0,
-        "s" => 1_000.0,
-        "m" => 60_000.0,
-        "h" => 3_600_000.0,
-        _ => return None,
-    };
-    let value: f64 = number.parse().ok()?;
-    Some((value * scale) as i64)
 }
 
 /// Milliseconds as Go prints a `time.Duration` of whole milliseconds.
