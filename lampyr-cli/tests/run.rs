@@ -189,3 +189,24 @@ fn an_unsupported_podspec_names_every_field() {
     assert!(err.contains("spec.template.spec.volumes"), "{err}");
     assert!(err.contains("spec.template.spec.containers[0].workingDir"), "{err}");
 }
+
+#[test]
+fn a_revision_failing_its_readiness_probe_is_not_served_and_the_probe_is_named() {
+    require_kvm();
+    let guest = lampyr_testenv::artifacts::conformance_artifact("readiness", 1 << 20);
+    let probe = |path: &str| {
+        format!(
+            "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: probed\nspec:\n  template:\n    metadata:\n      annotations:\n        lampyr.dev/snapshot-artifact: \"{}@{}\"\n    spec:\n      containers:\n        - image: example.com/readiness\n          readinessProbe:\n            httpGet:\n              path: {path}\n",
+            guest.layout.display(),
+            guest.digest
+        )
+    };
+    // The guest answers 500 on /query without probe=ok.
+    let err = run_fails(&probe("/query"));
+    assert!(err.contains("readiness probe GET /query answered 500 (no query)"), "{err}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(dir.path(), "service.yaml", &probe("/healthz/readiness"));
+    let run = start(&[path.to_str().expect("utf-8")]);
+    assert!(run.base.starts_with("http://"), "a probe the guest passes serves: {}", run.base);
+}
