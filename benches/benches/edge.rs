@@ -97,7 +97,13 @@ async fn start_router(backend: SocketAddr, certificate: &ServingCertificate) -> 
     let mut table = RouteTable::default();
     let http = Arc::new(HttpBackend::new(backend, 1024 * 1024, HttpLimits::default()));
     table.insert_revision(RevisionEntry::new("default", "bench-00001", FiberPolicy::default(), http));
-    let split = SplitRoute { namespace: "default".into(), service: "bench-00001".into(), percent: 100, append_headers: vec![] };
+    let split = SplitRoute {
+        namespace: "default".into(),
+        service: "bench-00001".into(),
+        port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80),
+        percent: 100,
+        append_headers: vec![],
+    };
     let path = PathRoute { prefix: "/".into(), headers: vec![], append_headers: vec![], rewrite_host: None, splits: vec![split] };
     let route = HostRoute {
         ingress: "default/bench".into(),

@@ -12,6 +12,11 @@
 //!   name, the public one at the public Service's), written through the
 //!   `/status` subresource.
 //!
+//! - **Services**, when KIngresses are watched: a KIngress split naming no
+//!   Revision here goes to the Service it names, at its cluster IP and the
+//!   split's port ([`crate::services`]), as upstream's ingresses route to
+//!   ordinary Services.
+//!
 //! - **TLS Secrets** (`type: kubernetes.io/tls`), when the router serves HTTPS
 //!   ([`ClusterConfig::tls`]): each KIngress `spec.tls` entry's Secret gives
 //!   the certificate its hosts are served with ([`crate::tls`]). A KIngress
@@ -28,7 +33,8 @@
 //!
 //! The router's identity needs `get`, `list` and `watch` on `homes` and
 //! `ingresses.networking.internal.knative.dev`, `patch` on
-//! `ingresses/status`, and, to serve HTTPS, `list` and `watch` on `secrets`.
+//! `ingresses/status`, `list` and `watch` on `services`, and, to serve HTTPS,
+//! `list` and `watch` on `secrets`.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -36,7 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -48,11 +55,13 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::fiberd_backend::{FiberdBackend, FiberdConfig, Instance};
+use crate::http_backend::HttpBackend;
 use crate::kingress::{
     self, NotConfigured, REASON_HOST_CONFLICT, REASON_TLS_NOT_SERVED, REASON_TLS_SECRET_INVALID, REASON_TLS_SECRET_MISSING,
 };
 use crate::peers::Peers;
 use crate::server::Router;
+use crate::services::{self, ServiceTarget};
 use crate::table::{RevisionEntry, RouteTable};
 
 /// How soon a KIngress waiting for other replicas is probed again.
@@ -146,9 +155,15 @@ impl ClusterRoutes {
             tasks.push(task);
             store
         });
+        let services = config.ingress_class.as_ref().map(|_| {
+            let (store, task) = watch_all(Api::<Service>::all(client.clone()), every(), Arc::clone(&notify), "Services");
+            tasks.push(task);
+            store
+        });
         let (synced_tx, synced) = watch::channel(false);
-        let reconciler = Reconciler { router, client, config, backends: HashMap::new(), certificates: HashMap::new() };
-        tasks.push(tokio::spawn(reconciler.run(Stores { homes, ingresses, secrets }, notify, synced_tx)));
+        let reconciler =
+            Reconciler { router, client, config, backends: HashMap::new(), service_backends: HashMap::new(), certificates: HashMap::new() };
+        tasks.push(tokio::spawn(reconciler.run(Stores { homes, ingresses, secrets, services }, notify, synced_tx)));
         ClusterRoutes { tasks, synced }
     }
 
@@ -202,6 +217,7 @@ struct Stores {
     homes: Store<Home>,
     ingresses: Option<Store<Ingress>>,
     secrets: Option<Store<Secret>>,
+    services: Option<Store<Service>>,
 }
 
 impl Stores {
@@ -216,6 +232,10 @@ impl Stores {
                 Some(store) => store.wait_until_ready().await.is_ok(),
                 None => true,
             }
+            && match &self.services {
+                Some(store) => store.wait_until_ready().await.is_ok(),
+                None => true,
+            }
     }
 }
 
@@ -227,6 +247,8 @@ struct Reconciler {
     client: Client,
     config: ClusterConfig,
     backends: HashMap<(String, String), Arc<FiberdBackend>>,
+    /// Backends of KIngress splits naming an ordinary Service, by namespace and name.
+    service_backends: HashMap<(String, String), (ServiceTarget, Arc<HttpBackend>)>,
     /// Secrets parsed before, by namespace and name: parsed again only when they change.
     certificates: HashMap<(String, String), ParsedSecret>,
 }
@@ -236,9 +258,9 @@ impl Reconciler {
         if !stores.listed().await {
             return;
         }
-        tracing::info!("Homes, KIngresses and Secrets listed; routing");
+        tracing::info!("Homes, KIngresses, Secrets and Services listed; routing");
         loop {
-            let settled = self.reconcile(&stores.homes, stores.ingresses.as_ref(), stores.secrets.as_ref()).await;
+            let settled = self.reconcile(&stores).await;
             synced.send_replace(true);
             let wait = match settled {
                 Settled::Yes => None,
@@ -257,9 +279,10 @@ impl Reconciler {
 
     /// Rebuilds the table from the stores and writes KIngress statuses; says whether
     /// something is left to retry.
-    async fn reconcile(&mut self, homes: &Store<Home>, ingresses: Option<&Store<Ingress>>, secrets: Option<&Store<Secret>>) -> Settled {
+    async fn reconcile(&mut self, stores: &Stores) -> Settled {
+        let (ingresses, secrets) = (stores.ingresses.as_ref(), stores.secrets.as_ref());
         let mut table = RouteTable::default();
-        let mut homes = homes.state();
+        let mut homes = stores.homes.state();
         homes.sort_by_key(|h| (h.namespace(), h.name_any()));
         let mut live = HashSet::new();
         for home in &homes {
@@ -304,6 +327,9 @@ impl Reconciler {
                 outcomes.push((ingress, outcome));
             }
             self.certificates.retain(|key, _| used.contains(key));
+        }
+        if let Some(services) = &stores.services {
+            self.route_services(&mut table, services);
         }
         self.router.set_table(table);
         let programmed = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
@@ -367,6 +393,56 @@ enum Settled {
 }
 
 impl Reconciler {
+    /// Gives every KIngress split that names no Revision the backend of the Service it
+    /// names ([`crate::services`]), kept across rebuilds while its target stays the same.
+    fn route_services(&mut self, table: &mut RouteTable, services: &Store<Service>) {
+        let mut wanted: Vec<(String, String, IntOrString)> = Vec::new();
+        for (_, route) in table.hosts() {
+            for split in route.paths.iter().flat_map(|p| &p.splits) {
+                if table.revision(&split.namespace, &split.service).is_none() {
+                    wanted.push((split.namespace.clone(), split.service.clone(), split.port.clone()));
+                }
+            }
+        }
+        let mut live = HashSet::new();
+        for (namespace, name, port) in wanted {
+            let key = (namespace.clone(), name.clone());
+            // One backend per Service: the first split naming it gives the port.
+            if !live.insert(key.clone()) {
+                continue;
+            }
+            let Some(service) = services.get(&ObjectRef::new(&name).within(&namespace)) else {
+                tracing::debug!(%namespace, service = %name, "a KIngress split names neither a Revision nor a Service here");
+                continue;
+            };
+            let target = match services::target(&service, &port) {
+                Ok(target) => target,
+                Err(why) => {
+                    // Debug: a DomainMapping's split names the Route's ExternalName placeholder on every rebuild.
+                    tracing::debug!(%namespace, service = %name, %why, "cannot route a KIngress split to this Service");
+                    continue;
+                }
+            };
+            let backend = match self.service_backends.get(&key) {
+                Some((kept, backend)) if *kept == target => Arc::clone(backend),
+                _ => {
+                    let (max, limits) = (self.config.backend.max_request_body, self.config.backend.limits.clone());
+                    let built = if target.h2c {
+                        HttpBackend::h2c(target.address, max, limits)
+                    } else {
+                        HttpBackend::new(target.address, max, limits)
+                    };
+                    tracing::info!(%namespace, service = %name, address = %target.address, h2c = target.h2c, "routing KIngress splits to a Service");
+                    let built = Arc::new(built);
+                    self.service_backends.insert(key, (target, Arc::clone(&built)));
+                    built
+                }
+            };
+            table.insert_revision(RevisionEntry::new(namespace, name, lampyr_api::policy::FiberPolicy::default(), backend));
+        }
+        self.service_backends.retain(|key, _| live.contains(key));
+    }
+
     /// The certificates `ingress`'s `spec.tls` asks for, by host, from the watched
     /// Secrets (parsed once per `resourceVersion`); every Secret it names is added to `used`.
     fn certificates_of(

@@ -113,6 +113,7 @@ pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotCon
                     Ok(SplitRoute {
                         namespace: split.service_namespace.clone(),
                         service: split.service_name.clone(),
+                        port: split.service_port.clone(),
                         percent: u32::try_from(split.percent.clamp(0, 100)).unwrap_or(0),
                         append_headers: header_list(&split.append_headers, &at(&format!("splits[{k}].appendHeaders"))).map_err(invalid)?,
                     })

@@ -23,6 +23,7 @@ pub mod peers;
 pub mod route;
 pub mod scaler;
 pub mod server;
+pub mod services;
 pub mod table;
 pub mod tls;
 

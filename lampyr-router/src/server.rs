@@ -393,7 +393,10 @@ impl Router {
         }
         let mut resp = text(
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!("revision {}/{} is not published to this router (no Home)\n", split.namespace, split.service),
+            &format!(
+                "revision {}/{} is not published to this router (no Home, and no Service with a cluster IP and that port)\n",
+                split.namespace, split.service
+            ),
         );
         resp.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
         Err(resp)

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use lampyr_api::networking::IngressVisibility;
 use lampyr_api::policy::FiberPolicy;
 
@@ -108,8 +109,10 @@ impl PathRoute {
 pub struct SplitRoute {
     /// Namespace of the backend Service.
     pub namespace: String,
-    /// Name of the backend Service: the Revision's name.
+    /// Name of the backend Service: the Revision's name, or an ordinary Service's.
     pub service: String,
+    /// The Service port the split names (used when it is no Revision: [`crate::services`]).
+    pub port: IntOrString,
     /// Share of the path's requests, 0–100.
     pub percent: u32,
     /// Headers set on requests sent to this backend.
@@ -197,7 +200,7 @@ mod tests {
     use super::*;
 
     fn split(service: &str, percent: u32) -> SplitRoute {
-        SplitRoute { namespace: "ns".into(), service: service.into(), percent, append_headers: vec![] }
+        SplitRoute { namespace: "ns".into(), service: service.into(), port: IntOrString::Int(80), percent, append_headers: vec![] }
     }
 
     #[test]

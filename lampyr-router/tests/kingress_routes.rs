@@ -54,6 +54,7 @@ fn split(service: &str, rev_header: &'static str) -> SplitRoute {
     SplitRoute {
         namespace: "ns".into(),
         service: service.into(),
+        port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80),
         percent: 100,
         append_headers: vec![header("knative-serving-revision", rev_header), header("knative-serving-namespace", "ns")],
     }
