@@ -186,7 +186,7 @@ pub fn render(suite: &SuiteResults, reasons: &Reasons) -> String {
         count(Outcome::Fail),
         count(Outcome::Skip),
         count(Outcome::Unfinished),
-        if by_timing == 0 { String::new() } else { format!(", {by_timing} {EITHER} with the machine's load") }
+        if by_timing == 0 { String::new() } else { format!(", {by_timing} {EITHER} by timing") }
     ));
     out
 }
@@ -273,9 +273,7 @@ panic: runtime error
         );
         assert!(table.contains("| ↳ two | pass or fail (limit) | as above |"), "{table}");
         assert!(
-            table.contains(
-                "**4 tests: 1 pass (1 of them vacuously), 0 fail, 1 skip, 1 did not finish, 1 pass or fail with the machine's load.**"
-            ),
+            table.contains("**4 tests: 1 pass (1 of them vacuously), 0 fail, 1 skip, 1 did not finish, 1 pass or fail by timing.**"),
             "{table}"
         );
         suite.units = Some(vec!["TestB/one".into(), "TestB/two".into()]);
