@@ -22,6 +22,11 @@ fn loaded(e: Option<&lampyr_api::HomeInstance>) -> bool {
     e.is_some_and(|e| e.loaded)
 }
 
+/// Whether the entry reports Home generation `generation` loaded.
+fn loaded_at(generation: i64) -> impl Fn(Option<&lampyr_api::HomeInstance>) -> bool {
+    move |e| e.is_some_and(|e| e.loaded && e.observed_generation == generation)
+}
+
 fn failed(e: Option<&lampyr_api::HomeInstance>) -> bool {
     e.is_some_and(|e| !e.loaded && e.message.is_some())
 }
@@ -60,11 +65,7 @@ async fn a_home_is_loaded_served_and_reloaded_on_a_new_generation() {
     // A new generation is loaded and replaces the old one.
     let patch = json!({"spec": {"policy": {"env": [{"name": "TARGET", "value": "Fibers"}]}}});
     homes.patch("hello-00001", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
-    let e = wait_entry(&homes, "hello-00001", "grant-a-0", "generation 2 loaded", |e| {
-        e.is_some_and(|e| e.loaded && e.observed_generation == 2)
-    })
-    .await
-    .expect("entry");
+    let e = wait_entry(&homes, "hello-00001", "grant-a-0", "generation 2 loaded", loaded_at(2)).await.expect("entry");
     assert_eq!(e.message, None);
     assert_eq!(fiberd.get(&env.ns, "hello-00001").await, (200, "Hello Fibers!\n".to_string()));
     fiberd.stop().await;
@@ -310,11 +311,7 @@ async fn a_template_failing_its_readiness_probe_is_not_served_and_says_why() {
     // A probe the guest passes loads the next generation.
     let patch = json!({"spec": {"policy": {"readiness": {"path": "/query?probe=ok", "timeout": "30s", "failureThreshold": 3}}}});
     homes.patch("unready-00001", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
-    let e = wait_entry(&homes, "unready-00001", "grant-a-0", "generation 2 loaded", |e| {
-        e.is_some_and(|e| e.loaded && e.observed_generation == 2)
-    })
-    .await
-    .expect("entry");
+    let e = wait_entry(&homes, "unready-00001", "grant-a-0", "generation 2 loaded", loaded_at(2)).await.expect("entry");
     assert_eq!(e.message, None);
     assert_eq!(fiberd.get(&env.ns, "unready-00001").await.0, 200);
     fiberd.stop().await;

@@ -224,18 +224,20 @@ impl Stores {
     /// Waits until every store has listed once; `false` when a watch ended first.
     async fn listed(&self) -> bool {
         self.homes.wait_until_ready().await.is_ok()
-            && match &self.ingresses {
-                Some(store) => store.wait_until_ready().await.is_ok(),
-                None => true,
-            }
-            && match &self.secrets {
-                Some(store) => store.wait_until_ready().await.is_ok(),
-                None => true,
-            }
-            && match &self.services {
-                Some(store) => store.wait_until_ready().await.is_ok(),
-                None => true,
-            }
+            && listed_if_watched(&self.ingresses).await
+            && listed_if_watched(&self.secrets).await
+            && listed_if_watched(&self.services).await
+    }
+}
+
+/// Whether `store` has listed once (true when that kind is not watched).
+async fn listed_if_watched<K>(store: &Option<Store<K>>) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    match store {
+        Some(store) => store.wait_until_ready().await.is_ok(),
+        None => true,
     }
 }
 
@@ -427,13 +429,8 @@ impl Reconciler {
                 Some((kept, backend)) if *kept == target => Arc::clone(backend),
                 _ => {
                     let (max, limits) = (self.config.backend.max_request_body, self.config.backend.limits.clone());
-                    let built = if target.h2c {
-                        HttpBackend::h2c(target.address, max, limits)
-                    } else {
-                        HttpBackend::new(target.address, max, limits)
-                    };
                     tracing::info!(%namespace, service = %name, address = %target.address, h2c = target.h2c, "routing KIngress splits to a Service");
-                    let built = Arc::new(built);
+                    let built = Arc::new(HttpBackend::speaking(target.address, max, limits, target.h2c));
                     self.service_backends.insert(key, (target, Arc::clone(&built)));
                     built
                 }

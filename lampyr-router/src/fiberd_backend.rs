@@ -165,7 +165,7 @@ impl FiberdBackend {
                 }
                 None => {
                     let (addr, max, limits) = (instance.address, self.config.max_request_body, self.config.limits.clone());
-                    let backend = if http2 { HttpBackend::h2c(addr, max, limits) } else { HttpBackend::new(addr, max, limits) };
+                    let backend = HttpBackend::speaking(addr, max, limits, http2);
                     Arc::new(Upstream {
                         name: instance.name.clone(),
                         backend,

@@ -91,6 +91,11 @@ impl HttpBackend {
         Self::build(upstream, max_request_body, limits, true)
     }
 
+    /// [`HttpBackend::h2c`] when `h2c`, else [`HttpBackend::new`].
+    pub fn speaking(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits, h2c: bool) -> Self {
+        Self::build(upstream, max_request_body, limits, h2c)
+    }
+
     fn build(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits, http2: bool) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);

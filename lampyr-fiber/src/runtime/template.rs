@@ -33,12 +33,9 @@ impl Template {
     /// (a Revision whose memory limit is above its artifact's heap gets the limit).
     pub fn load_with_heap(artifact: &VerifiedArtifact, env: &Env, heap: u64) -> Result<Self, ArtifactError> {
         let mut metadata = artifact.metadata.clone();
-        let mut made_here = true;
+        let from_layout = matches!(artifact.fit, PlatformFit::Fits) && heap <= metadata.heap_size;
         let base = match &artifact.fit {
-            PlatformFit::Fits if heap <= metadata.heap_size => {
-                made_here = false;
-                load_snapshot(artifact)?
-            }
+            _ if from_layout => load_snapshot(artifact)?,
             PlatformFit::Fits => {
                 tracing::info!(artifact = %artifact.digest, heap, snapshot_heap = metadata.heap_size,
                     "the memory limit is above the snapshot's heap; booting the carried guest ELF with a heap of the limit");
@@ -55,12 +52,9 @@ impl Template {
             }
         };
         let sizes = build_options(&metadata).sizes();
-        let snapshot = if env.vars.is_empty() && env.args.is_empty() {
-            base
-        } else {
-            made_here = true;
-            apply_env(base, env, &sizes)?
-        };
+        let configured = !(env.vars.is_empty() && env.args.is_empty());
+        let snapshot = if configured { apply_env(base, env, &sizes)? } else { base };
+        let made_here = !from_layout || configured;
         Ok(Template { snapshot, made_here, metadata, sizes, digest: artifact.digest.clone() })
     }
 
