@@ -2,7 +2,7 @@
 //! fiberd instance in a cluster), reached through a pooled keep-alive client.
 //!
 //! The upstream speaks HTTP/1.1, or HTTP/2 with prior knowledge (h2c) when
-//! built with [`HttpBackend::h2c`]. [`crate::FiberdBackend`] forwards through
+//! built with [`HttpBackend::speaking`]. [`crate::FiberdBackend`] forwards through
 //! the same code, one `HttpBackend` per fiberd instance.
 //!
 //! Failures map onto [`InvokeError`] so the router answers them like fiber
@@ -81,22 +81,13 @@ impl HttpBackend {
     /// A backend for `upstream` accepting request bodies up to `max_request_body` bytes.
     /// Connections are made on first use and kept alive for reuse.
     pub fn new(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits) -> Self {
-        Self::build(upstream, max_request_body, limits, false)
+        Self::speaking(upstream, max_request_body, limits, false)
     }
 
-    /// Like [`HttpBackend::new`], speaking HTTP/2 cleartext with prior knowledge
-    /// (the upstream must accept h2c without an upgrade): requests share
-    /// multiplexed connections.
-    pub fn h2c(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits) -> Self {
-        Self::build(upstream, max_request_body, limits, true)
-    }
-
-    /// [`HttpBackend::h2c`] when `h2c`, else [`HttpBackend::new`].
-    pub fn speaking(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits, h2c: bool) -> Self {
-        Self::build(upstream, max_request_body, limits, h2c)
-    }
-
-    fn build(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits, http2: bool) -> Self {
+    /// Like [`HttpBackend::new`]; when `http2`, speaks HTTP/2 cleartext with prior
+    /// knowledge (the upstream must accept h2c without an upgrade) and requests
+    /// share multiplexed connections.
+    pub fn speaking(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits, http2: bool) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(limits.connect_timeout));
