@@ -3,6 +3,10 @@
 //! (found in Go's module cache, downloaded when missing) filtered to Lampyr's
 //! composition, and Lampyr's own from `config/` (see `lampyr-manifests`).
 //! They are embedded in the binary, so `ly` needs no Go at run time.
+//!
+//! Also embeds what `ly new` writes: the guest SDK's sources (`lampyr-abi`, with its
+//! workspace-inherited manifest fields filled in, and `lampyr-guest`) and the example
+//! guests its templates are (`examples/`), with the examples' lock file and profiles.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,6 +49,99 @@ fn main() {
     let _ = writeln!(table, "/// The Knative release (images and version labels).");
     let _ = writeln!(table, "pub const KNATIVE_RELEASE: &str = {release:?};");
     write(&out.join("bundle.rs"), &table);
+    embed_guest_sources(&repo, &out);
+}
+
+/// The examples `ly new` offers as templates.
+const TEMPLATES: [&str; 3] = ["hello", "json-api", "echo"];
+
+/// Writes `guest_sources.rs`: the SDK's files and the templates, as `include_str!`s.
+fn embed_guest_sources(repo: &Path, out: &Path) {
+    let mut table = String::from("/// `(path under the SDK directory, content)` of every file of the guest SDK.\n");
+    table.push_str("pub const SDK_FILES: &[(&str, &str)] = &[\n");
+    for krate in ["lampyr-abi", "lampyr-guest"] {
+        let dir = repo.join(krate);
+        println!("cargo::rerun-if-changed={}", dir.display());
+        let manifest = standalone_manifest(&dir.join("Cargo.toml"), &repo.join("Cargo.toml"));
+        let normalized = out.join(format!("{krate}.Cargo.toml"));
+        write(&normalized, &manifest);
+        let mut files = vec![(format!("{krate}/Cargo.toml"), normalized), (format!("{krate}/README.md"), dir.join("README.md"))];
+        let mut sources: Vec<PathBuf> =
+            read_dir(&dir.join("src")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "rs")).collect();
+        sources.sort();
+        for source in sources {
+            let name = source.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            files.push((format!("{krate}/src/{name}"), source));
+        }
+        for (name, path) in files {
+            let _ = writeln!(table, "    ({name:?}, include_str!({:?})),", path.display().to_string());
+        }
+    }
+    table.push_str("];\n");
+    let examples = repo.join("examples");
+    let _ = writeln!(table, "/// `(name, src/main.rs, Cargo.toml, service.yaml)` of every `ly new` template: the examples.");
+    table.push_str("pub const TEMPLATES: &[(&str, &str, &str, &str)] = &[\n");
+    for name in TEMPLATES {
+        let dir = examples.join(name);
+        println!("cargo::rerun-if-changed={}", dir.display());
+        let [main, manifest, service] =
+            [dir.join("src/main.rs"), dir.join("Cargo.toml"), dir.join("service.yaml")].map(|p| p.display().to_string());
+        let _ = writeln!(table, "    ({name:?}, include_str!({main:?}), include_str!({manifest:?}), include_str!({service:?})),");
+    }
+    table.push_str("];\n");
+    for (constant, file, about) in [
+        ("EXAMPLES_MANIFEST", "Cargo.toml", "The examples workspace's manifest (its profiles are a guest's)."),
+        ("EXAMPLES_LOCK", "Cargo.lock", "The examples' lock file: the versions a new guest crate starts from."),
+    ] {
+        let path = examples.join(file);
+        println!("cargo::rerun-if-changed={}", path.display());
+        let _ = writeln!(table, "/// {about}\npub const {constant}: &str = include_str!({:?});", path.display().to_string());
+    }
+    write(&out.join("guest_sources.rs"), &table);
+}
+
+fn read_dir(dir: &Path) -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| fail(&format!("reading {}: {e}", dir.display())));
+    entries.filter_map(|e| e.ok().map(|e| e.path())).collect()
+}
+
+/// `member`'s manifest with each `key.workspace = true` replaced by the workspace's
+/// `[workspace.package]` value and its `[lints]` table (the workspace's) dropped: a crate
+/// that builds outside this repository.
+fn standalone_manifest(member: &Path, workspace: &Path) -> String {
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| fail(&format!("reading {}: {e}", p.display())));
+    let (member_text, workspace_text) = (read(member), read(workspace));
+    let inherited: Vec<(&str, &str)> = section(&workspace_text, "[workspace.package]")
+        .filter_map(|line| line.split_once('=').map(|(k, v)| (k.trim(), v.trim())))
+        .collect();
+    let mut out = String::new();
+    let mut in_lints = false;
+    for line in member_text.lines() {
+        if line.starts_with('[') {
+            in_lints = line.trim() == "[lints]";
+        }
+        if in_lints {
+            continue;
+        }
+        match line.strip_suffix(".workspace = true") {
+            Some(key) => match inherited.iter().find(|(k, _)| *k == key) {
+                Some((_, value)) => {
+                    let _ = writeln!(out, "{key} = {value}");
+                }
+                None => fail(&format!("{}: {key} is inherited but the workspace does not set it", member.display())),
+            },
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out.trim_end().to_string() + "\n"
+}
+
+/// The lines of TOML table `header` in `text` (up to the next table).
+fn section<'a>(text: &'a str, header: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    text.lines().skip_while(move |l| l.trim() != header).skip(1).take_while(|l| !l.starts_with('['))
 }
 
 fn write(path: &Path, text: &str) {

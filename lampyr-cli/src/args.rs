@@ -44,6 +44,9 @@ pub enum Command {
     /// Build, move and check snapshot artifacts.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// Create a guest crate for a new service: its handler, `service.yaml`, host-side tests
+    /// and the build settings for fibers (then `ly run NAME` serves it).
+    New(NewArgs),
     /// Create customer-owned sources to edit.
     #[command(subcommand)]
     Scaffold(ScaffoldCommand),
@@ -160,6 +163,22 @@ pub struct ClusterOptions {
     /// Never prompt (implies approval of the shown plan).
     #[arg(long)]
     pub non_interactive: bool,
+}
+
+/// `ly new …`
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// Directory to create; its last component is the Service and crate name
+    /// (lower-case letters, digits and `-`, starting with a letter, at most 63).
+    pub path: PathBuf,
+    /// What the service starts as.
+    #[arg(long, value_enum, default_value = "hello")]
+    pub template: crate::commands::new::Template,
+    /// Where the guest SDK comes from: `auto` (the checkout ly was built from, when it is
+    /// still there, else `vendored`), `vendored` (a copy of the SDK ly carries, written into
+    /// the crate's `vendor/`), or a path to a `lampyr-guest` crate.
+    #[arg(long, default_value = "auto")]
+    pub sdk: String,
 }
 
 /// `ly scaffold …`

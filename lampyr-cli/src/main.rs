@@ -10,7 +10,10 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if cli.verbose { "info" } else { "warn" })),
+                // A service's own log events (the guest SDK's `info!` and siblings) are shown.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(if cli.verbose { "info,lampyr_guest=debug" } else { "warn,lampyr_guest=info" })
+                }),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -1,12 +1,22 @@
 //! Terminal output: results on stdout, progress and errors on stderr.
 
 use std::io::{BufRead as _, IsTerminal as _, Write};
+use std::time::{Duration, Instant};
 
 /// Where a command writes; tests capture it, the binary uses the terminal.
 pub struct Ui {
     out: Box<dyn Write + Send>,
     err: Box<dyn Write + Send>,
     color: bool,
+    /// stderr is a terminal: long steps show a live spinner instead of plain lines.
+    live: bool,
+}
+
+/// A long step under way (building, snapshotting, pushing): see [`Ui::start`].
+pub struct Task {
+    what: String,
+    started: Instant,
+    spinner: Option<indicatif::ProgressBar>,
 }
 
 /// A color for [`Ui::paint`].
@@ -23,13 +33,14 @@ pub enum Color {
 impl Ui {
     /// stdout and stderr.
     pub fn terminal() -> Self {
-        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        Ui { out: Box::new(std::io::stdout()), err: Box::new(std::io::stderr()), color }
+        let live = std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb");
+        let color = live && std::env::var_os("NO_COLOR").is_none();
+        Ui { out: Box::new(std::io::stdout()), err: Box::new(std::io::stderr()), color, live }
     }
 
     /// Arbitrary writers (tests).
     pub fn new(out: Box<dyn Write + Send>, err: Box<dyn Write + Send>) -> Self {
-        Ui { out, err, color: false }
+        Ui { out, err, color: false, live: false }
     }
 
     /// `text` in `color` when writing to a terminal (and NO_COLOR is unset).
@@ -76,6 +87,49 @@ impl Ui {
     /// A progress line on stderr (`==> step`).
     pub fn step(&mut self, text: impl AsRef<str>) {
         let _ = writeln!(self.err, "==> {}", text.as_ref());
+    }
+
+    /// Starts a long step: on a terminal a spinner showing `what`, its latest detail and the
+    /// time so far; otherwise a `==> what` line (details follow as lines). End it with [`Ui::done`].
+    pub fn start(&mut self, what: impl Into<String>) -> Task {
+        let what = what.into();
+        let spinner = self.live.then(|| {
+            let spinner = indicatif::ProgressBar::new_spinner();
+            if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+                spinner.set_style(style);
+            }
+            spinner.set_message(what.clone());
+            spinner.enable_steady_tick(Duration::from_millis(120));
+            spinner
+        });
+        if spinner.is_none() {
+            self.step(&what);
+        }
+        Task { what, started: Instant::now(), spinner }
+    }
+
+    /// What a long step is doing now (a crate compiled, a blob sent).
+    pub fn detail(&mut self, task: &Task, detail: impl AsRef<str>) {
+        match &task.spinner {
+            Some(spinner) => spinner.set_message(format!("{}: {}", task.what, detail.as_ref())),
+            None => self.step(format!("  {}", detail.as_ref())),
+        }
+    }
+
+    /// Ends a long step: `==> what: done in 1.2s`.
+    pub fn done(&mut self, task: Task) {
+        if let Some(spinner) = &task.spinner {
+            spinner.finish_and_clear();
+        }
+        self.step(format!("{}: done in {:.1?}", task.what, task.started.elapsed()));
+    }
+
+    /// Runs `step` as a long step called `what` (see [`Ui::start`]).
+    pub fn timed<T>(&mut self, what: impl Into<String>, step: impl FnOnce() -> T) -> T {
+        let task = self.start(what);
+        let result = step();
+        self.done(task);
+        result
     }
 
     /// An error on stderr, with its causes.

@@ -1,24 +1,10 @@
 //! `ly run` end to end: the real binary serving real fibers on a real socket.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lampyr_testenv::{repo_root, require_kvm};
-
-/// A running `ly run`, killed on drop.
-struct LyRun {
-    child: Child,
-    base: String,
-}
-
-impl Drop for LyRun {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use lampyr_testenv::{LyRun, repo_root, require_kvm};
 
 fn ly() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ly"));
@@ -26,45 +12,18 @@ fn ly() -> Command {
     cmd
 }
 
-/// Starts `ly run ARGS --listen 127.0.0.1:0` and waits for its ready line.
+/// Starts `ly run ARGS` (see [`LyRun`]).
 fn start(args: &[&str]) -> LyRun {
     start_in(&std::env::current_dir().expect("a working directory"), args)
 }
 
 /// [`start`] with `dir` as the working directory.
 fn start_in(dir: &Path, args: &[&str]) -> LyRun {
-    require_kvm();
-    let child = ly()
-        .current_dir(dir)
-        .arg("run")
-        .args(args)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("ly starts");
-    let mut run = LyRun { child, base: String::new() };
-    let stdout = run.child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("ly run printed a ready line");
-        if let Some(rest) = line.strip_prefix("ready: ") {
-            run.base = rest.split_whitespace().find(|w| w.starts_with("http://")).expect("URL on the ready line").to_string();
-            return run;
-        }
-    }
+    LyRun::start(ly(), dir, args)
 }
 
 fn client(run: &LyRun, host: &str) -> (reqwest::Client, String) {
-    let addr: std::net::SocketAddr = run.base.trim_start_matches("http://").parse().expect("address");
-    let c = lampyr_testenv::http_client().resolve(host, addr).timeout(Duration::from_secs(60)).build().expect("client");
-    (c, format!("http://{host}:{}", addr.port()))
+    run.client(host)
 }
 
 async fn get(c: &reqwest::Client, url: &str) -> (u16, String) {

@@ -89,6 +89,7 @@ pub fn lampyr_builder(builder: SandboxBuilder, s: &SandboxSizes) -> SandboxBuild
         .g2h_pool_pages(s.pool_pages as usize)
         .host_print(crate::runtime::host::guest_print)
         .host_function(crate::runtime::host::SLEEP_FUNCTION, crate::runtime::host::guest_sleep)
+        .host_function(crate::runtime::host::LOG_FUNCTION, crate::runtime::host::guest_log)
 }
 
 /// Boots `elf` in a sandbox sized by `opts`, checks it speaks Lampyr's ABI,

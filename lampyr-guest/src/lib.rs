@@ -1,9 +1,9 @@
-//! Lampyr guest SDK: turns one `fn handle(Request) -> Response` into a
-//! Hyperlight guest that speaks Lampyr's ABI (see `docs/abi.md`).
+//! Lampyr guest SDK: turns one handler into a Hyperlight guest that speaks
+//! Lampyr's ABI (see `docs/abi.md`), and lets the same handler run on the host
+//! under `cargo test` with no VM.
 //!
-//! ```ignore
-//! #![no_std]
-//! #![no_main]
+//! ```
+//! #![cfg_attr(target_os = "none", no_std, no_main)]
 //! use lampyr_guest::{Request, Response};
 //!
 //! fn handle(_req: Request) -> Response {
@@ -12,110 +12,55 @@
 //! lampyr_guest::entry!(handle);
 //! ```
 //!
+//! A handler returns anything that is [`IntoResponse`]: a [`Response`], an
+//! [`Error`] (a JSON error answer with its status) or a `Result` of both, so `?`
+//! works on the SDK's fallible calls. [`Router`] dispatches by method and path,
+//! [`json`] reads and writes JSON bodies, [`env`] reads the Revision's
+//! environment and configuration, and [`info!`] and its siblings log through the host.
+//!
 //! Build for `x86_64-unknown-none` with `-C link-arg=-eentrypoint`
-//! (`ly snapshot build DIR` does this). Guests must stay soft-float.
-#![no_std]
+//! (`ly run` and `ly snapshot build DIR` do this). Guests must stay soft-float.
+//! On any other target the crate builds with `std` for host-side tests:
+//! [`entry!`] then makes a `main` that answers one request given on its command
+//! line (`cargo run -- GET /items`).
+#![cfg_attr(target_os = "none", no_std)]
 
 extern crate alloc;
 
-use alloc::format;
-use alloc::string::String;
-use alloc::vec::Vec;
+pub mod env;
+mod error;
+#[cfg(target_os = "none")]
+mod fiber;
+#[cfg(not(target_os = "none"))]
+pub mod host;
+pub mod json;
+pub mod log;
+mod router;
 
-use hyperlight_guest_bin::guest_function;
-pub use lampyr_abi::{ABI_VERSION, Env, Header, Request, Response};
-use lampyr_abi::{Limits, decode_env, decode_request, encode_response};
-
-static ENV: spin::Once<Env> = spin::Once::new();
-static RAW_OVERRIDE: spin::Mutex<Option<Vec<u8>>> = spin::Mutex::new(None);
-
-unsafe extern "Rust" {
-    /// Defined by [`entry!`] in the guest binary.
-    fn __lampyr_handle(req: Request) -> Response;
-    /// Defined by [`entry!`] in the guest binary; runs once before the snapshot.
-    fn __lampyr_init();
-    /// Defined by [`entry!`] in the guest binary; runs once per Revision, after its
-    /// environment is set and before the Revision's template snapshot.
-    fn __lampyr_start();
-}
-
-/// Environment variables of the Revision (its `env`), set before the first request.
-pub mod env {
-    /// Value of the Revision environment variable `name`, if set.
-    pub fn var(name: &str) -> Option<&'static str> {
-        super::ENV.get().and_then(|env| env.get(name))
-    }
-
-    /// Every Revision environment variable, in declaration order.
-    pub fn vars() -> &'static [(alloc::string::String, alloc::string::String)] {
-        super::ENV.get().map(|env| env.vars.as_slice()).unwrap_or(&[])
-    }
-
-    /// The Revision's arguments: its container's `command`, then `args` (empty when none).
-    pub fn args() -> &'static [alloc::string::String] {
-        super::ENV.get().map(|env| env.args.as_slice()).unwrap_or(&[])
-    }
-}
+pub use error::{Error, IntoResponse};
+pub use lampyr_abi::{ABI_VERSION, Env, Header, HttpVersion, Request, Response};
+pub use router::{Params, Route, Router};
 
 /// Waits `ms` milliseconds (at most 600 s) in the host, off the CPU, and returns how
 /// long it waited: less when the request was interrupted (its deadline passed or its
 /// client went away), after which the guest is stopped. There is no clock in a fiber;
 /// this is how a handler waits, as upstream's test images sleep. Returns 0 on a host
-/// that does not offer it.
+/// that does not offer it. On the host (tests) it is a plain thread sleep.
 pub fn sleep_ms(ms: u64) -> u64 {
-    hyperlight_guest_bin::host_comm::call_host::<u64>("LampyrSleep", (ms,)).unwrap_or(0)
+    #[cfg(target_os = "none")]
+    return fiber::sleep_ms(ms);
+    #[cfg(not(target_os = "none"))]
+    return host::sleep_ms(ms);
 }
 
 /// Test support: make the current request return `frame` verbatim instead of
 /// an encoded [`Response`]. Lets test guests send malformed output to the host.
 #[doc(hidden)]
-pub fn __return_raw_frame(frame: Vec<u8>) {
-    *RAW_OVERRIDE.lock() = Some(frame);
-}
-
-/// Runs the guest's `init` once; the host calls it while building the snapshot.
-#[guest_function("LampyrInit")]
-fn lampyr_init() -> u32 {
-    // SAFETY: `entry!` defines `__lampyr_init` with exactly this signature in
-    // the guest binary; it is a plain Rust function with no preconditions.
-    unsafe { __lampyr_init() };
-    0
-}
-
-#[guest_function("LampyrAbiVersion")]
-fn lampyr_abi_version() -> u32 {
-    u32::from(ABI_VERSION)
-}
-
-#[guest_function("LampyrConfigure")]
-fn lampyr_configure(frame: Vec<u8>) -> String {
-    match decode_env(&frame, &Limits::for_body(0)) {
-        Ok(env) => {
-            ENV.call_once(|| env);
-            // SAFETY: as for `lampyr_init`; `__lampyr_start` is the guest's `start`.
-            // A panic here aborts the call: the Revision's template does not load.
-            unsafe { __lampyr_start() };
-            String::new()
-        }
-        Err(e) => format!("environment frame refused: {e}"),
-    }
-}
-
-#[guest_function("LampyrHandle")]
-fn lampyr_handle(frame: Vec<u8>) -> Vec<u8> {
-    // The host already enforced its limits; decode within the frame's own size.
-    let limits = Limits { max_frame: frame.len(), max_body: frame.len(), ..Limits::default() };
-    let decoded = decode_request(&frame, &limits);
-    drop(frame); // free the frame before the handler allocates its response
-    let response = match decoded {
-        // SAFETY: as for `lampyr_init`; `__lampyr_handle` is the user's handler.
-        Ok(req) => unsafe { __lampyr_handle(req) },
-        Err(e) => Response::text(400, format!("lampyr guest: request frame refused: {e}\n")),
-    };
-    match RAW_OVERRIDE.lock().take() {
-        Some(raw) => raw,
-        None => encode_response(&response),
-    }
+pub fn __return_raw_frame(frame: alloc::vec::Vec<u8>) {
+    #[cfg(target_os = "none")]
+    fiber::return_raw_frame(frame);
+    #[cfg(not(target_os = "none"))]
+    drop(frame);
 }
 
 /// Declares the guest's request handler, and optionally an `init` function
@@ -123,6 +68,11 @@ fn lampyr_handle(frame: Vec<u8>) -> Vec<u8> {
 /// and a `start` function that runs once per Revision with its environment set
 /// (`env::var` works; its effects are in every fiber of that Revision; a panic
 /// there fails the Revision, as a container that exits at start would).
+///
+/// The handler takes a [`Request`] and returns any [`IntoResponse`]. In a guest
+/// build this exports the functions Lampyr's host calls; in a host build it
+/// defines `main`, which runs `init`, `start` and one request from the command line
+/// (see [`host::main`]).
 #[macro_export]
 macro_rules! entry {
     ($handler:path) => {
@@ -135,17 +85,25 @@ macro_rules! entry {
         $crate::entry!($handler, init = $crate::__no_init, start = $start);
     };
     ($handler:path, init = $init:path, start = $start:path) => {
+        #[cfg(target_os = "none")]
         #[unsafe(no_mangle)]
         fn __lampyr_handle(req: $crate::Request) -> $crate::Response {
-            $handler(req)
+            $crate::IntoResponse::into_response($handler(req))
         }
+        #[cfg(target_os = "none")]
         #[unsafe(no_mangle)]
         fn __lampyr_init() {
             $init()
         }
+        #[cfg(target_os = "none")]
         #[unsafe(no_mangle)]
         fn __lampyr_start() {
             $start()
+        }
+        #[cfg(not(target_os = "none"))]
+        #[allow(dead_code, reason = "a guest crate's own `no_main` build never calls it")]
+        fn main() -> ::std::process::ExitCode {
+            $crate::host::main($init, $start, |req| $crate::IntoResponse::into_response($handler(req)))
         }
     };
 }
@@ -153,3 +111,6 @@ macro_rules! entry {
 /// The default, empty `init` and `start`.
 #[doc(hidden)]
 pub fn __no_init() {}
+
+#[cfg(test)]
+mod tests;

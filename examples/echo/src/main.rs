@@ -1,6 +1,6 @@
 //! Echoes the request back: method, path, headers (one per line) and body.
-#![no_std]
-#![no_main]
+//! Serve it in a fiber: `ly run examples/echo`; test the handler on the host: `cargo test`.
+#![cfg_attr(target_os = "none", no_std, no_main)]
 
 extern crate alloc;
 
@@ -31,3 +31,22 @@ fn handle(req: Request) -> Response {
 }
 
 lampyr_guest::entry!(handle);
+
+#[cfg(test)]
+mod tests {
+    use lampyr_guest::Header;
+    use lampyr_guest::host::{body_text, header, request};
+
+    use super::handle;
+
+    #[test]
+    fn echoes_method_path_query_headers_and_body() {
+        let mut req = request("PUT", "/a/b?x=1");
+        req.headers.push(Header { name: "X-Test".into(), value: b"yes".to_vec() });
+        req.body = b"payload".to_vec();
+        let answer = handle(req);
+        assert_eq!(header(&answer, "x-echo-method"), Some("PUT"));
+        let expected = "method: PUT\npath: /a/b\nquery: x=1\nheader: X-Test: yes\nbody-length: 7\n\npayload";
+        assert_eq!(body_text(&answer), expected);
+    }
+}

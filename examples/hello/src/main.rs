@@ -1,7 +1,6 @@
 //! The smallest Lampyr service: answers every request with a greeting.
-//! Run it: `cargo run -p lampyr-cli -- run examples/hello`
-#![no_std]
-#![no_main]
+//! Serve it in a fiber: `ly run examples/hello`; test the handler on the host: `cargo test`.
+#![cfg_attr(target_os = "none", no_std, no_main)]
 
 extern crate alloc;
 
@@ -15,3 +14,21 @@ fn handle(_req: Request) -> Response {
 }
 
 lampyr_guest::entry!(handle);
+
+#[cfg(test)]
+mod tests {
+    use lampyr_guest::host::{body_text, request, with_env};
+
+    use super::handle;
+
+    #[test]
+    fn greets_the_target_it_is_configured_with() {
+        let answer = with_env(&[("TARGET", "Lampyr")], || handle(request("GET", "/")));
+        assert_eq!((answer.status, body_text(&answer).as_str()), (200, "Hello Lampyr!\n"));
+    }
+
+    #[test]
+    fn greets_the_world_without_a_target() {
+        assert_eq!(body_text(&handle(request("GET", "/"))), "Hello World!\n");
+    }
+}

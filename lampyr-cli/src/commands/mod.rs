@@ -4,6 +4,7 @@ pub mod cache;
 pub mod cluster;
 pub mod deploy;
 pub mod fleet_key;
+pub mod new;
 pub mod run;
 pub mod scaffold;
 pub mod snapshot;
@@ -30,6 +31,9 @@ pub enum CliError {
     /// A manifest does not parse.
     #[error(transparent)]
     Manifest(#[from] lampyr_api::ManifestError),
+    /// A guest crate could not be created.
+    #[error(transparent)]
+    New(#[from] new::NewError),
     /// A Workspace could not be scaffolded.
     #[error(transparent)]
     Scaffold(#[from] scaffold::ScaffoldError),
@@ -70,6 +74,11 @@ pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
         Command::Scaffold(ScaffoldCommand::Workspace { dir, force }) => {
             let mut ui = ui;
             scaffold::workspace(&dir, force, &mut ui).map(|_| ())?;
+            Ok(())
+        }
+        Command::New(args) => {
+            let mut ui = ui;
+            new::run(&args, &mut ui).map(|_| ())?;
             Ok(())
         }
         Command::Cache(cmd) => {

@@ -18,8 +18,8 @@ pub fn run(cmd: SnapshotCommand, ui: &mut Ui) -> Result<(), CliError> {
     match cmd {
         SnapshotCommand::Build { guest, output, max_body, heap_size, bin } => {
             let elf = resolve_guest(&guest, bin, ui)?;
-            ui.step(format!("booting {} and taking its snapshot", elf.display()));
-            let built = build_artifact(&elf, &output, &BuildOptions { max_body, heap_size })?;
+            let opts = BuildOptions { max_body, heap_size };
+            let built = ui.timed(format!("booting {} and taking its snapshot", elf.display()), || build_artifact(&elf, &output, &opts))?;
             ui.step(format!("wrote {}", output.display()));
             ui.line(&built.digest);
             Ok(())
@@ -30,9 +30,9 @@ pub fn run(cmd: SnapshotCommand, ui: &mut Ui) -> Result<(), CliError> {
             };
             let artifact = verify_layout(&path, digest.as_deref())?;
             let repo = Repository::parse(&repository)?;
-            ui.step(format!("pushing {} to {repo}", artifact.digest));
             let client = RegistryClient::for_repository(&repo)?;
-            let pinned = block_on(client.push(&path, &artifact.digest, &repo, tag.as_deref()))??;
+            let pushing = format!("pushing {} to {repo}", artifact.digest);
+            let pinned = ui.timed(pushing, || block_on(client.push(&path, &artifact.digest, &repo, tag.as_deref())))??;
             ui.line(pinned.to_string());
             Ok(())
         }
@@ -72,10 +72,12 @@ pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<P
         }
         return Err(CliError::Usage(format!("{} is neither a guest ELF nor a guest crate directory", guest.display())));
     }
-    ui.step(format!("building guest crate {}", guest.display()));
+    let task = ui.start(format!("building guest crate {}", guest.display()));
     let mut build = GuestBuild::new(guest);
     build.bin = bin;
-    Ok(build.run(&mut |line| ui.step(format!("  {line}")))?)
+    let built = build.run(&mut |line| ui.detail(&task, line));
+    ui.done(task);
+    Ok(built?)
 }
 
 /// Resolves a reference to a verified local layout, pulling registry
@@ -85,10 +87,10 @@ pub fn resolve(reference: &str, ui: &mut Ui) -> Result<VerifiedArtifact, CliErro
         ArtifactRef::Layout { path, digest } => Ok(verify_layout(&path, digest.as_deref())?),
         ArtifactRef::Registry { repository, digest } => {
             let cache = Cache::new(Cache::default_location()?);
-            ui.step(format!("pulling {repository}@{digest} into {}", cache.root().display()));
             let client = RegistryClient::for_repository(&repository)?;
             super::source::hold_lease(cache.lease(&digest)?);
-            let pulled = block_on(client.pull_verified(&repository, &digest, &cache))??;
+            let pulling = format!("pulling {repository}@{digest} into {}", cache.root().display());
+            let pulled = ui.timed(pulling, || block_on(client.pull_verified(&repository, &digest, &cache)))??;
             super::cache::prune_to_limit(&cache, ui)?;
             Ok(pulled)
         }

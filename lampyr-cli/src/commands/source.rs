@@ -126,10 +126,7 @@ pub fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui
             ui.step(format!("guest unchanged: reusing its snapshot {}", unchanged.digest));
             unchanged
         }
-        None => {
-            ui.step(format!("snapshotting {}", elf.display()));
-            build_into_place(&elf, &out, &opts)?
-        }
+        None => ui.timed(format!("snapshotting {}", elf.display()), || build_into_place(&elf, &out, &opts))?,
     };
     super::cache::prune_to_limit(&cache, ui)?;
     Ok(artifact)

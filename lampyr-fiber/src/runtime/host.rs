@@ -1,7 +1,8 @@
 //! The host functions a guest may call: Hyperlight's `HostPrint`, replaced so
 //! guest output goes to `tracing` (bounded, never to the process's stdout) and
-//! can neither block on a full pipe nor panic across the guest boundary; and
-//! `LampyrSleep`, a wait that ends early when the guest's call is interrupted.
+//! can neither block on a full pipe nor panic across the guest boundary;
+//! `LampyrSleep`, a wait that ends early when the guest's call is interrupted; and
+//! `LampyrLog`, the guest SDK's structured log events, at their level.
 
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -53,14 +54,38 @@ pub const MAX_PRINT_BYTES: usize = 4096;
 pub fn guest_print(text: String) -> i32 {
     catch_unwind(AssertUnwindSafe(|| {
         let len = text.len();
-        let mut cut = len.min(MAX_PRINT_BYTES);
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        tracing::debug!(target: "lampyr_guest", bytes = len, "{}", &text[..cut]);
+        tracing::debug!(target: "lampyr_guest", bytes = len, "{}", cut(&text));
         i32::try_from(len).unwrap_or(i32::MAX)
     }))
     .unwrap_or(0)
+}
+
+/// Name of the log host function (`lampyr_guest::info!` and its siblings).
+pub const LOG_FUNCTION: &str = "LampyrLog";
+
+/// `LampyrLog`: one guest log event (level 1 error .. 4 debug; anything else is debug),
+/// its message and logfmt fields each cut to [`MAX_PRINT_BYTES`], as a `tracing` event
+/// with target `lampyr_guest`. Returns 0.
+pub fn guest_log(level: u32, message: String, fields: String) -> u32 {
+    catch_unwind(AssertUnwindSafe(|| {
+        let (message, fields) = (cut(&message), cut(&fields));
+        match level {
+            1 => tracing::error!(target: "lampyr_guest", fields = %fields, "{message}"),
+            2 => tracing::warn!(target: "lampyr_guest", fields = %fields, "{message}"),
+            3 => tracing::info!(target: "lampyr_guest", fields = %fields, "{message}"),
+            _ => tracing::debug!(target: "lampyr_guest", fields = %fields, "{message}"),
+        }
+    }))
+    .map_or(1, |()| 0)
+}
+
+/// `text` cut to at most [`MAX_PRINT_BYTES`], on a character boundary.
+fn cut(text: &str) -> &str {
+    let mut end = text.len().min(MAX_PRINT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 #[cfg(test)]
@@ -89,5 +114,8 @@ mod tests {
     fn long_and_multibyte_prints_are_cut_safely() {
         let text = "é".repeat(super::MAX_PRINT_BYTES);
         assert_eq!(super::guest_print(text.clone()), text.len() as i32);
+        assert_eq!(super::guest_log(3, text.clone(), text), 0);
+        assert_eq!(super::cut("aé"), "aé");
+        assert!(super::cut(&"é".repeat(3000)).len() <= super::MAX_PRINT_BYTES);
     }
 }

@@ -265,9 +265,9 @@ impl Deployer {
     /// Pushes a local artifact to the artifact repository; returns its reference as the cluster reaches it.
     fn push_artifact(&self, artifact: &VerifiedArtifact, ui: &mut Ui) -> Result<String, CliError> {
         let target = &self.repositories.artifacts;
-        ui.step(format!("pushing artifact {} to {}", artifact.digest, target.push));
         let client = RegistryClient::for_repository(&target.push)?;
-        block_on(client.push(&artifact.layout, &artifact.digest, &target.push, None))??;
+        let pushing = format!("pushing artifact {} to {}", artifact.digest, target.push);
+        ui.timed(pushing, || block_on(client.push(&artifact.layout, &artifact.digest, &target.push, None)))??;
         Ok(format!("{}@{}", target.pull, artifact.digest))
     }
 
@@ -283,12 +283,12 @@ impl Deployer {
         let dir = lampyr_artifact::cache::Cache::default_location()?.join("sealed");
         std::fs::create_dir_all(&dir).map_err(|source| DeployError::Io { path: dir.clone(), source })?;
         let out = dir.join(format!("{}.age", artifact.digest.trim_start_matches("sha256:")));
-        ui.step(format!("sealing the fiberd template of {} to fleet key {}", artifact.digest, self.fingerprint));
-        let sealed = seal_artifact(&artifact.layout, &artifact.digest, &self.key.public(), &out)?;
+        let sealing = format!("sealing the fiberd template of {} to fleet key {}", artifact.digest, self.fingerprint);
+        let sealed = ui.timed(sealing, || seal_artifact(&artifact.layout, &artifact.digest, &self.key.public(), &out))?;
         let target = &self.repositories.templates;
-        ui.step(format!("pushing the sealed template ({} bytes) to {}", sealed.size, target.push));
         let client = RegistryClient::for_repository(&target.push)?;
-        let pushed = block_on(client.push_template(&sealed, &target.push, None));
+        let pushing = format!("pushing the sealed template ({} bytes) to {}", sealed.size, target.push);
+        let pushed = ui.timed(pushing, || block_on(client.push_template(&sealed, &target.push, None)));
         let _ = std::fs::remove_file(&out); // sealed again on the next deploy that needs it
         let pinned = pushed??;
         let digest = pinned.digest().unwrap_or_default().to_string();
