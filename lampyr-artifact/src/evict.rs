@@ -63,7 +63,7 @@ pub enum EntryKind {
     Artifact,
     /// A blob no layout uses (a sealed template, or one left by an interrupted pull).
     Blob,
-    /// A snapshot `ly run` built for a guest crate.
+    /// A snapshot `ly run` built for a guest crate, or the compiled outputs guest builds share.
     Build,
 }
 

@@ -1,6 +1,7 @@
 //! `ly new` end to end: a crate created in a temporary directory outside the checkout
 //! passes its own host-side tests with plain `cargo test`, builds for fibers, and is
-//! served by `ly run` with its template's answers. One test per template.
+//! served by `ly run` with its template's answers. One test per template; new crates
+//! share the SDK's compiled dependencies through the cache.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -99,6 +100,36 @@ async fn a_new_echo_service_builds_tests_and_serves() {
     let (status, body) = fetch(&run, "mirror.default.localhost", "PUT", "/a?b=c", "payload").await;
     assert_eq!(status, 200);
     assert!(body.starts_with("method: PUT\npath: /a\nquery: b=c\n") && body.ends_with("body-length: 7\n\npayload"), "{body}");
+}
+
+/// What cargo compiled for `ly snapshot build DIR` with the cache at `cache`, from its progress lines.
+fn compiled_by_snapshot_build(cache: &Path, dir: &Path) -> Vec<String> {
+    let layout = dir.with_extension("layout");
+    let out = ly().env("LAMPYR_CACHE_DIR", cache).args(["snapshot", "build"]).arg(dir).arg("--output").arg(&layout).output();
+    let out = out.expect("ly runs");
+    assert!(out.status.success(), "ly snapshot build {}:\n{}", dir.display(), text(&out));
+    text(&out).lines().filter_map(|l| l.strip_prefix("==>   compiled ")).map(str::to_string).collect()
+}
+
+#[test]
+fn new_crates_share_the_sdks_compiled_dependencies() {
+    let parent = outside_the_checkout();
+    let cache = parent.path().join("cache");
+    let first = ly_new(parent.path(), "first", "hello", "auto");
+    let compiled = compiled_by_snapshot_build(&cache, &first);
+    for name in ["serde_json", "lampyr_guest", "first"] {
+        assert!(compiled.iter().any(|c| c == name), "a cold build compiles {name}: {compiled:?}");
+    }
+    let second = ly_new(parent.path(), "second", "hello", "auto");
+    assert_eq!(compiled_by_snapshot_build(&cache, &second), ["second"], "the next new crate compiles only itself");
+    let elf = second.join("target/x86_64-unknown-none/release/second");
+    assert!(elf.is_file(), "the guest ELF is in the crate's own target/");
+    assert!(!second.join("target/x86_64-unknown-none/release/deps").exists(), "intermediate outputs are in the cache");
+    let shown = ly().env("LAMPYR_CACHE_DIR", &cache).args(["cache", "show"]).output().expect("ly runs");
+    assert!(text(&shown).lines().any(|l| l.starts_with("build") && l.contains("cargo-build")), "{}", text(&shown));
+    let pruned = ly().env("LAMPYR_CACHE_DIR", &cache).args(["cache", "prune", "--max-bytes", "0"]).output().expect("ly runs");
+    assert!(pruned.status.success(), "{}", text(&pruned));
+    assert!(!cache.join("run/cargo-build").exists(), "pruning evicts the shared build when no ly builds:\n{}", text(&pruned));
 }
 
 #[test]

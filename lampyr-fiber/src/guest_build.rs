@@ -53,6 +53,10 @@ pub struct GuestBuild {
     pub bin: Option<String>,
     /// Build directory; by default cargo's (the guest workspace's `target/`).
     pub target_dir: Option<PathBuf>,
+    /// Where cargo keeps intermediate outputs (its `build.build-dir`), apart from the
+    /// executables it puts in the target directory: one shared by many guest crates lets
+    /// their common dependencies compile once. By default cargo's (the target directory).
+    pub build_dir: Option<PathBuf>,
     /// Build exactly the versions the workspace's `Cargo.lock` pins (`--locked`): what
     /// Lampyr's own builds of its examples do; a user's crate may have no lock file yet.
     pub locked: bool,
@@ -90,6 +94,7 @@ impl GuestBuild {
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
             .env_remove("CARGO_BUILD_TARGET")
             .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_BUILD_DIR")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(bin) = &self.bin {
@@ -97,6 +102,9 @@ impl GuestBuild {
         }
         if let Some(dir) = &self.target_dir {
             cmd.arg("--target-dir").arg(dir);
+        }
+        if let Some(dir) = &self.build_dir {
+            cmd.env("CARGO_BUILD_BUILD_DIR", dir);
         }
         if self.locked {
             cmd.arg("--locked");

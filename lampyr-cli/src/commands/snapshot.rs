@@ -64,7 +64,13 @@ pub fn run(cmd: SnapshotCommand, ui: &mut Ui) -> Result<(), CliError> {
     }
 }
 
-/// A guest ELF path, building the crate first when given a crate directory.
+/// The directory under the cache's `run/` where cargo keeps what every guest crate `ly`
+/// builds compiles (its `build.build-dir`): the guest SDK's dependencies compile once per
+/// machine, not once per crate. Evicted like a snapshot build, never while a `ly` builds.
+pub const SHARED_GUEST_BUILD: &str = "cargo-build";
+
+/// A guest ELF path, building the crate first when given a crate directory; intermediate
+/// outputs go to the cache's [`SHARED_GUEST_BUILD`], the ELF to the crate's own `target/`.
 pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<PathBuf, CliError> {
     if !is_crate_dir(guest) {
         if guest.is_file() {
@@ -72,12 +78,19 @@ pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<P
         }
         return Err(CliError::Usage(format!("{} is neither a guest ELF nor a guest crate directory", guest.display())));
     }
+    let cache = Cache::new(Cache::default_location()?);
+    let shared = cache.root().join("run").join(SHARED_GUEST_BUILD);
+    let building = cache.lease_build(&shared)?;
     let task = ui.start(format!("building guest crate {}", guest.display()));
     let mut build = GuestBuild::new(guest);
     build.bin = bin;
+    build.build_dir = Some(shared);
     let built = build.run(&mut |line| ui.detail(&task, line));
     ui.done(task);
-    Ok(built?)
+    drop(building);
+    let elf = built?;
+    super::cache::prune_to_limit(&cache, ui)?;
+    Ok(elf)
 }
 
 /// Resolves a reference to a verified local layout, pulling registry
