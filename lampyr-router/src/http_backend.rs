@@ -12,6 +12,11 @@
 //! every failure after that is a non-retryable [`InvokeError::FiberFailed`] (502).
 //! The request deadline bounds connecting too: a deadline that passes first is
 //! [`InvokeError::Timeout`] (504), so keep [`HttpLimits::connect_timeout`] below it.
+//!
+//! An HTTP/1.1 `Upgrade` request (WebSocket) that the client's connection can hand over
+//! keeps its `Connection: upgrade` and `Upgrade` fields on an HTTP/1.1 upstream; when the
+//! upstream answers `101 Switching Protocols`, the two connections are joined byte for byte
+//! until either side closes, past the request deadline (which bounds only the handshake).
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
@@ -23,14 +28,15 @@ use std::time::Duration;
 
 use crate::InvokeError;
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderName, HeaderValue};
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderName, HeaderValue, UPGRADE};
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, Method, StatusCode, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lampyr_abi::DecodeError;
 use tokio::time::Instant;
 
@@ -40,6 +46,9 @@ use crate::body::{self, Body, BodyError, DeadlinePassed, TooLarge, caused_by};
 /// Responses of at most this many bytes, declared by `Content-Length`, are read whole
 /// before they are answered; longer or undeclared ones stream.
 pub const BUFFERED_RESPONSE: u64 = 64 * 1024;
+
+/// The pause before a request is tried again on an upstream that took no connection.
+const FIRST_CONNECT_PAUSE: Duration = Duration::from_millis(50);
 
 /// Limits and pool settings of an [`HttpBackend`].
 #[derive(Clone, Debug)]
@@ -53,6 +62,10 @@ pub struct HttpLimits {
     pub pool_idle_timeout: Duration,
     /// Most idle pooled connections kept open.
     pub pool_max_idle: usize,
+    /// Tries a request gets (through [`Backend::invoke`]) while the upstream refuses or does
+    /// not accept connections, pausing 50 ms, then 200 ms, … between them within the
+    /// deadline: nothing was sent, so a Service whose endpoint is being replaced is retried.
+    pub connect_attempts: u32,
 }
 
 impl Default for HttpLimits {
@@ -62,6 +75,7 @@ impl Default for HttpLimits {
             connect_timeout: Duration::from_secs(1),
             pool_idle_timeout: Duration::from_secs(30),
             pool_max_idle: 256,
+            connect_attempts: 3,
         }
     }
 }
@@ -74,6 +88,7 @@ pub struct HttpBackend {
     http2: bool,
     max_request_body: u64,
     max_response_body: u64,
+    connect_attempts: u32,
     in_flight: AtomicUsize,
 }
 
@@ -106,6 +121,7 @@ impl HttpBackend {
             http2,
             max_request_body,
             max_response_body: limits.max_response_body,
+            connect_attempts: limits.connect_attempts.max(1),
             in_flight: AtomicUsize::new(0),
         }
     }
@@ -145,6 +161,10 @@ impl HttpBackend {
         *out.method_mut() = outgoing.head.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = outgoing.head.headers.clone();
+        if self.http2 {
+            // HTTP/2 has no connection-specific fields, and no Upgrade.
+            strip_hop_by_hop(out.headers_mut());
+        }
         Ok(out)
     }
 
@@ -166,6 +186,9 @@ impl HttpBackend {
             Err(_) if outgoing.body_unfinished() => return Err(InvokeError::RequestTimeout),
             Err(_) => return Err(InvokeError::Timeout),
         };
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            return self.switch_protocols(outgoing, resp);
+        }
         let (mut parts, incoming) = resp.into_parts();
         let max = self.max_response_body;
         // A HEAD, 204 or 304 answer's Content-Length describes a body that is not sent.
@@ -183,6 +206,29 @@ impl HttpBackend {
             return Ok(http::Response::from_parts(parts, body::full(whole)));
         }
         Ok(http::Response::from_parts(parts, body::bounded(body::boxed(incoming), max, deadline)))
+    }
+
+    /// The upstream's `101` to an upgrade: answered to the client as is, with a task that
+    /// joins the client's connection to the upstream's once hyper hands both over.
+    fn switch_protocols(
+        &self,
+        outgoing: &Outgoing,
+        mut resp: hyper::Response<hyper::body::Incoming>,
+    ) -> Result<http::Response<Body>, InvokeError> {
+        let upstream = self.upstream;
+        let Some(client_side) = outgoing.take_upgrade() else {
+            return Err(InvokeError::FiberFailed(format!("upstream {upstream} switched protocols, but the request asked for no upgrade")));
+        };
+        let upstream_side = hyper::upgrade::on(&mut resp);
+        let (mut parts, _) = resp.into_parts();
+        let protocol = parts.headers.get(UPGRADE).cloned();
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        if let Some(protocol) = protocol {
+            parts.headers.insert(UPGRADE, protocol);
+        }
+        tokio::spawn(join_upgraded(client_side, upstream_side, upstream));
+        Ok(http::Response::from_parts(parts, body::empty()))
     }
 
     /// An upstream response body that broke off.
@@ -209,7 +255,18 @@ impl Backend for HttpBackend {
     fn invoke(&self, req: http::Request<Body>, deadline: Instant) -> BoxFuture<'_, Result<http::Response<Body>, InvokeError>> {
         Box::pin(async move {
             let outgoing = Outgoing::new(req, self.max_request_body)?;
-            self.send(&outgoing, deadline).await
+            let (mut attempt, mut pause) = (1, FIRST_CONNECT_PAUSE);
+            loop {
+                match self.send(&outgoing, deadline).await {
+                    // Unavailable: no connection, nothing sent, the body is still in `outgoing`.
+                    Err(InvokeError::Unavailable(why)) if attempt < self.connect_attempts && Instant::now() + pause < deadline => {
+                        tracing::debug!(upstream = %self.upstream, attempt, %why, "no connection to the upstream; trying again");
+                        tokio::time::sleep(pause).await;
+                        (attempt, pause) = (attempt + 1, pause * 4);
+                    }
+                    answer => return answer,
+                }
+            }
         })
     }
 
@@ -237,6 +294,8 @@ pub(crate) struct Outgoing {
     finished: Arc<AtomicBool>,
     /// The body as read so far, while it is within its limit.
     copy: Option<Arc<Mutex<BodyCopy>>>,
+    /// The client's connection, handed over when an upgrade it asked for is answered `101`.
+    upgrade: Mutex<Option<OnUpgrade>>,
 }
 
 /// What a [`Lent`] body has yielded, kept up to `limit` bytes.
@@ -280,12 +339,28 @@ impl Outgoing {
         {
             head.headers.insert(HOST, value);
         }
+        let upgrade = upgrade_request(&mut head);
         strip_hop_by_hop(&mut head.headers);
+        if let Some((protocol, _)) = &upgrade {
+            head.headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+            head.headers.insert(UPGRADE, protocol.clone());
+        }
         // The client recomputes the length from the body, and nothing waits for `100 Continue`.
         head.headers.remove(CONTENT_LENGTH);
         head.headers.remove(http::header::EXPECT);
         head.version = http::Version::HTTP_11;
-        Ok(Outgoing { head, body: Arc::new(Mutex::new(Some(body))), finished: Arc::new(AtomicBool::new(false)), copy: None })
+        Ok(Outgoing {
+            head,
+            body: Arc::new(Mutex::new(Some(body))),
+            finished: Arc::new(AtomicBool::new(false)),
+            copy: None,
+            upgrade: Mutex::new(upgrade.map(|(_, on)| on)),
+        })
+    }
+
+    /// The client's side of an upgrade it asked for, once (a `101` answer takes it).
+    fn take_upgrade(&self) -> Option<OnUpgrade> {
+        self.upgrade.lock().ok().and_then(|mut u| u.take())
     }
 
     /// Keeps a copy of the body as it is read, up to `limit` bytes, so that
@@ -429,6 +504,39 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An HTTP/1.1 upgrade the client asked for (`Connection: upgrade` with an `Upgrade`
+/// protocol) and whose connection its server can hand over: the protocol and that hand-over.
+fn upgrade_request(head: &mut http::request::Parts) -> Option<(HeaderValue, OnUpgrade)> {
+    let protocol = head.headers.get(UPGRADE)?.clone();
+    let asked = head
+        .headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    if !asked || head.version != http::Version::HTTP_11 {
+        return None;
+    }
+    Some((protocol, head.extensions.remove::<OnUpgrade>()?))
+}
+
+/// Joins an upgraded client connection to the upgraded upstream one until either closes.
+async fn join_upgraded(client: OnUpgrade, upstream: OnUpgrade, addr: SocketAddr) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!(upstream = %addr, error = %e, "an upgraded connection was not handed over");
+            return;
+        }
+    };
+    let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        Ok((sent, received)) => tracing::debug!(upstream = %addr, sent, received, "upgraded connection closed"),
+        Err(e) => tracing::debug!(upstream = %addr, error = %e, "upgraded connection broke off"),
     }
 }
 

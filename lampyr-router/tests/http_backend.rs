@@ -1,6 +1,7 @@
 //! fiber-router in front of an `HttpBackend` over real sockets: round trips,
-//! header pass-through, connection reuse, and how upstream failures surface
-//! (refused → 503, reset → 502, slow → 504, oversized answer → 502).
+//! header pass-through, connection reuse, HTTP/1.1 upgrades (WebSocket) joined through,
+//! and how upstream failures surface (refused → 503 after a few tries, reset → 502,
+//! slow → 504, oversized answer → 502).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,7 +16,7 @@ use hyper_util::rt::TokioIo;
 use lampyr_api::policy::{FiberPolicy, ScalingPolicy, TimeoutPolicy};
 use lampyr_router::InvokeError;
 use lampyr_router::{Backend, HttpBackend, HttpLimits, RouteTable};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 mod support;
@@ -199,4 +200,113 @@ async fn a_slow_upstream_is_504_at_the_deadline_and_an_oversized_answer_is_502()
     assert_eq!(head.into_body().collect().await.expect("no body").to_bytes().len(), 0);
     let resp = get(&c, addr, "/after").send().await.expect("response");
     assert_eq!(resp.text().await.expect("body"), "GET /after\n", "the backend still serves after both failures");
+}
+
+/// Switches `Upgrade: shout` requests to a protocol that answers every read upper-cased;
+/// anything else is answered `200 no upgrade here`.
+async fn upgrading_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(shout);
+                let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                let _ = conn.with_upgrades().await;
+            });
+        }
+    });
+    addr
+}
+
+async fn shout(mut req: hyper::Request<Incoming>) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    if req.headers().get("upgrade").is_none_or(|p| p != "shout") {
+        return Ok(hyper::Response::new(Full::new(Bytes::from_static(b"no upgrade here\n"))));
+    }
+    let connection = req.headers().get("connection").cloned();
+    let upgraded = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgraded.await else { return };
+        let mut io = TokioIo::new(upgraded);
+        let mut buf = [0u8; 1024];
+        while let Ok(n @ 1..) = io.read(&mut buf).await {
+            if io.write_all(&buf[..n].to_ascii_uppercase()).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut resp = hyper::Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+    resp.headers_mut().insert("upgrade", "shout".parse().expect("header value"));
+    resp.headers_mut().insert("connection", "upgrade".parse().expect("header value"));
+    if let Some(connection) = connection {
+        resp.headers_mut().insert("x-seen-connection", connection);
+    }
+    Ok(resp)
+}
+
+/// Sends `head` on a new connection to `addr` and reads the response head.
+async fn raw_request(addr: SocketAddr, head: &str) -> (tokio::net::TcpStream, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("write the request");
+    let mut seen = Vec::new();
+    while !seen.ends_with(b"\r\n\r\n") {
+        let byte = stream.read_u8().await.expect("a response head");
+        seen.push(byte);
+    }
+    (stream, String::from_utf8_lossy(&seen).to_ascii_lowercase())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_the_upstream_accepts_joins_both_connections_past_the_request_deadline() {
+    let backend = Arc::new(HttpBackend::new(upgrading_upstream().await, 1024, limits()));
+    let addr = router(backend, Duration::from_millis(300)).await;
+    let ask =
+        |protocol: &str| format!("GET /chat HTTP/1.1\r\nHost: {HOST}\r\nConnection: keep-alive, Upgrade\r\nUpgrade: {protocol}\r\n\r\n");
+
+    let (mut stream, head) = raw_request(addr, &ask("shout")).await;
+    assert!(head.starts_with("http/1.1 101 "), "the upstream's 101 reaches the client:\n{head}");
+    assert!(head.contains("\r\nupgrade: shout\r\n") && head.contains("\r\nconnection: upgrade\r\n"), "{head}");
+    assert!(head.contains("\r\nx-seen-connection: upgrade\r\n"), "the upstream was asked to upgrade, nothing else: {head}");
+    for word in ["hello", "fireflies"] {
+        // Past the 300 ms request deadline: an upgraded connection is not a request.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        stream.write_all(word.as_bytes()).await.expect("write");
+        let mut echoed = vec![0u8; word.len()];
+        stream.read_exact(&mut echoed).await.expect("the upstream's answer through the router");
+        assert_eq!(echoed, word.to_ascii_uppercase().as_bytes());
+    }
+    drop(stream);
+
+    let (_, head) = raw_request(addr, &ask("other")).await;
+    assert!(head.starts_with("http/1.1 200 "), "an upgrade the upstream declines is an ordinary answer:\n{head}");
+    let c = client();
+    let resp = get(&c, addr, "/plain").send().await.expect("response");
+    assert_eq!(resp.text().await.expect("body"), "no upgrade here\n", "requests without an upgrade still pass");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_that_starts_listening_between_tries_answers_the_request() {
+    let port = refused_addr().await;
+    let backend = Arc::new(HttpBackend::new(port, 1024, limits()));
+    let opened = tokio::spawn(async move {
+        // After the first try (refused) and within the 50 ms + 200 ms of pauses that follow.
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let listener = TcpListener::bind(port).await.expect("the port is free again");
+        let (stream, _) = listener.accept().await.expect("the request's connection");
+        let service = hyper::service::service_fn(echo);
+        let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let resp = backend.invoke(request("POST", "/late"), deadline).await.expect("answered once the upstream listens");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.into_body().collect().await.expect("body").to_bytes(), "POST /late\n");
+    opened.abort();
+
+    let never = HttpBackend::new(refused_addr().await, 1024, HttpLimits { connect_attempts: 3, ..limits() });
+    let started = std::time::Instant::now();
+    let err = never.invoke(request("GET", "/"), deadline).await.map(|_| ());
+    assert!(matches!(&err, Err(InvokeError::Unavailable(_))), "still refused after three tries: {err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(250), "it paused 50 ms and 200 ms between the tries");
 }
