@@ -41,6 +41,9 @@ pub enum Command {
         #[arg(long, default_value = "2", value_parser = lampyr_process::flags::positive_seconds)]
         scale_tick: std::time::Duration,
     },
+    /// Answer one request from a real fiber, served as `ly run` serves it, then exit: the
+    /// body on stdout (`-i` adds the status and headers); exit status 1 for a 5xx answer.
+    Call(CallArgs),
     /// Build, move and check snapshot artifacts.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
@@ -163,6 +166,26 @@ pub struct ClusterOptions {
     /// Never prompt (implies approval of the shown plan).
     #[arg(long)]
     pub non_interactive: bool,
+}
+
+/// `ly call …`
+#[derive(Debug, clap::Args)]
+pub struct CallArgs {
+    /// A Service manifest, or a directory holding a guest crate and `service.yaml`.
+    pub path: PathBuf,
+    /// `[METHOD] TARGET [BODY]`, as `cargo run --` takes them on the host: method GET by
+    /// default, a target such as `/hello/moth?x=1`, and an optional request body.
+    #[arg(required = true, num_args = 1..=3, value_names = ["METHOD", "TARGET"])]
+    pub request: Vec<String>,
+    /// A request header, `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// The Host to ask for; default the manifest's first Service, `<name>.<namespace>.localhost`.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Print the status line and the response headers before the body.
+    #[arg(short, long)]
+    pub include: bool,
 }
 
 /// `ly new …`

@@ -84,6 +84,12 @@ impl Ui {
         let _ = self.out.flush();
     }
 
+    /// Bytes on stdout as they are (a response body, say).
+    pub fn bytes(&mut self, data: &[u8]) {
+        let _ = self.out.write_all(data);
+        let _ = self.out.flush();
+    }
+
     /// A progress line on stderr (`==> step`).
     pub fn step(&mut self, text: impl AsRef<str>) {
         let _ = writeln!(self.err, "==> {}", text.as_ref());

@@ -1,7 +1,7 @@
 //! `ly new` end to end: a crate created in a temporary directory outside the checkout
 //! passes its own host-side tests with plain `cargo test`, builds for fibers, and is
-//! served by `ly run` with its template's answers. One test per template; new crates
-//! share the SDK's compiled dependencies through the cache.
+//! served by `ly run` (and answers `ly call`) with its template's answers. One test per
+//! template; new crates share the SDK's compiled dependencies through the cache.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -72,6 +72,13 @@ async fn a_new_hello_service_builds_tests_and_serves() {
     host_side_works(&dir, &["GET", "/"], "Hello World!");
     let run = LyRun::start(ly(), parent.path(), &["greeter"]);
     assert_eq!(fetch(&run, "greeter.default.localhost", "GET", "/", "").await, (200, "Hello Lampyr!\n".to_string()));
+    drop(run);
+    let called = ly().current_dir(&dir).args(["call", ".", "/"]).output().expect("ly runs");
+    assert!(called.status.success(), "ly call:\n{}", text(&called));
+    assert_eq!(String::from_utf8_lossy(&called.stdout), "Hello Lampyr!\n", "one request to the real fiber, its body on stdout");
+    let included = ly().args(["call", "-i"]).arg(&dir).args(["HEAD", "/"]).output().expect("ly runs");
+    let head = String::from_utf8_lossy(&included.stdout).to_ascii_lowercase();
+    assert!(included.status.success() && head.starts_with("200 ok\n") && head.contains("\ncontent-type: "), "{}", text(&included));
 }
 
 #[tokio::test(flavor = "multi_thread")]

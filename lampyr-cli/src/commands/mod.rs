@@ -1,6 +1,7 @@
 //! Command implementations and the CLI's error type.
 
 pub mod cache;
+pub mod call;
 pub mod cluster;
 pub mod deploy;
 pub mod fleet_key;
@@ -52,6 +53,9 @@ pub enum CliError {
     /// The async runtime could not start.
     #[error("could not start the async runtime: {0}")]
     Runtime(std::io::Error),
+    /// `ly call`: the service answered with a server error (the answer was printed).
+    #[error("the service answered {0}")]
+    ServerError(u16),
 }
 
 impl CliError {
@@ -85,6 +89,7 @@ pub fn run(cli: Cli, ui: Ui) -> Result<(), CliError> {
             let mut ui = ui;
             cache::run(cmd, &mut ui)
         }
+        Command::Call(args) => call::run(args, ui),
         Command::Cluster(cmd) => {
             let mut ui = ui;
             cluster::run(cmd, &mut ui)?;

@@ -106,6 +106,7 @@ pub fn run(args: &NewArgs, ui: &mut Ui) -> Result<Created, NewError> {
     }
     ui.note(format!("next:\n  ly run {shown}                 serve it at http://{}.default.localhost:8080", created.name));
     ui.note(format!("  cargo test --manifest-path {shown}/Cargo.toml   test its handler on the host, no VM"));
+    ui.note(format!("  ly call {shown} GET /              one request answered by a real fiber"));
     Ok(created)
 }
 
@@ -255,6 +256,7 @@ fn readme(name: &str) -> String {
          - `ly run .` builds the guest, snapshots it and serves it at http://{name}.default.localhost:8080\n  \
          (`--watch` rebuilds on every change).\n\
          - `cargo test` runs the handler's tests on the host, no VM; `cargo run -- GET /` answers one request.\n\
+         - `ly call . GET /` answers one request from a real fiber (built and snapshotted as `ly run` does).\n\
          - `ly deploy service.yaml --repository REGISTRY/{name}` pushes its snapshot and applies `service.yaml`\n  \
          to the cluster Lampyr is installed on.\n\n\
          The handler is `src/main.rs`; `service.yaml` is a plain Knative Service (scaling, env, timeouts).\n"

@@ -44,9 +44,11 @@ fn read_services(manifest: &Path, ui: &Mutex<Ui>) -> Result<Vec<Service>, CliErr
 }
 
 /// A Service as served: its traffic and its Revisions with their artifacts' digests.
-struct Served {
-    traffic: ServiceTraffic,
-    digests: Vec<(String, String)>,
+pub(super) struct Served {
+    /// Its routes.
+    pub(super) traffic: ServiceTraffic,
+    /// `(revision, artifact digest)`, oldest first.
+    pub(super) digests: Vec<(String, String)>,
 }
 
 /// Runs `ly run` until Ctrl-C (or SIGTERM), then drains.
@@ -119,7 +121,7 @@ async fn shutdown_signal() {
 
 /// Builds the whole routing table from every source: each Service's Revisions, then
 /// its hosts as Knative's Route would program them.
-async fn load_all(
+pub(super) async fn load_all(
     sources: &[Source],
     metrics: &RuntimeMetrics,
     scaler: &ScalerConfig,
