@@ -205,19 +205,7 @@ async fn a_slow_upstream_is_504_at_the_deadline_and_an_oversized_answer_is_502()
 /// Switches `Upgrade: shout` requests to a protocol that answers every read upper-cased;
 /// anything else is answered `200 no upgrade here`.
 async fn upgrading_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(shout);
-                let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-                let _ = conn.with_upgrades().await;
-            });
-        }
-    });
-    addr
+    support::http1_upstream(shout).await
 }
 
 async fn shout(mut req: hyper::Request<Incoming>) -> Result<hyper::Response<Full<Bytes>>, Infallible> {

@@ -12,38 +12,26 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use lampyr_api::networking::IngressVisibility;
 use lampyr_api::policy::{FiberPolicy, TimeoutPolicy};
 use lampyr_router::{FiberdBackend, FiberdConfig, HostRoute, Instance, PathRoute, RevisionEntry, RouteTable, SplitRoute};
-use tokio::net::TcpListener;
 
 mod support;
 
 /// Answers `<name> host=<Host> rev=<Knative-Serving-Revision> tag=<Knative-Serving-Tag> path=<path>`.
 async fn upstream(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| async move {
-                    let h = |k: &str| req.headers().get(k).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
-                    let body = format!(
-                        "{name} host={} rev={} tag={} path={}",
-                        h("host"),
-                        h("knative-serving-revision"),
-                        h("knative-serving-tag"),
-                        req.uri().path()
-                    );
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(body))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
-        }
-    });
-    addr
+    support::http1_upstream(move |req: hyper::Request<Incoming>| async move {
+        let h = |k: &str| req.headers().get(k).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
+        let body = format!(
+            "{name} host={} rev={} tag={} path={}",
+            h("host"),
+            h("knative-serving-revision"),
+            h("knative-serving-tag"),
+            req.uri().path()
+        );
+        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(body))))
+    })
+    .await
 }
 
 fn header(name: &'static str, value: &'static str) -> (HeaderName, HeaderValue) {

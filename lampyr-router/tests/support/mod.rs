@@ -3,8 +3,15 @@
 // Each test binary compiles this module and uses part of it.
 #![allow(dead_code)]
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 
 use lampyr_api::policy::FiberPolicy;
 use lampyr_router::route::{self, RouteOptions, ServiceTraffic};
@@ -27,4 +34,26 @@ pub async fn serve(table: RouteTable) -> (Arc<Router>, SocketAddr) {
 pub fn add_sole_revision(table: &mut RouteTable, service: &str, revision: &str, policy: FiberPolicy, backend: Arc<dyn Backend>) {
     table.insert_revision(RevisionEntry::new("default", revision, policy, backend));
     route::program(table, &ServiceTraffic::single("default", service, revision), &RouteOptions::default()).expect("a new host");
+}
+
+/// An HTTP/1.1 upstream on a loopback port answering every request with `answer` (upgrades
+/// allowed), until the test's runtime ends.
+pub async fn http1_upstream<F, A>(answer: F) -> SocketAddr
+where
+    F: Fn(hyper::Request<Incoming>) -> A + Clone + Send + Sync + 'static,
+    A: Future<Output = Result<hyper::Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let service = hyper::service::service_fn(answer.clone());
+            tokio::spawn(async move {
+                let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                let _ = conn.with_upgrades().await;
+            });
+        }
+    });
+    addr
 }
