@@ -64,6 +64,14 @@ pub struct Reason {
     pub outcome: String,
     /// The explanation (and, for `missing`, the plan).
     pub why: String,
+    /// Whether sub-tests without a reason of their own take this one (`true` by default);
+    /// `false` for a parent whose result only follows one sub-test's.
+    #[serde(default = "inherit_by_default", rename = "sub-tests-inherit")]
+    pub sub_tests_inherit: bool,
+}
+
+fn inherit_by_default() -> bool {
+    true
 }
 
 /// The outcome of a reason for a test whose result depends on how loaded the machine is.
@@ -109,7 +117,7 @@ fn reason_for<'a>(explained: &'a BTreeMap<String, Reason>, test: &str, outcome: 
     let mut path = test;
     while let Some((parent, _)) = path.rsplit_once('/') {
         // A pass inherits only a result that depends on load; a pass under a failing parent is a plain pass.
-        let inherits = |r: &&Reason| r.explains(outcome) && (outcome != Outcome::Pass || r.outcome == EITHER);
+        let inherits = |r: &&Reason| r.sub_tests_inherit && r.explains(outcome) && (outcome != Outcome::Pass || r.outcome == EITHER);
         if let Some(reason) = explained.get(parent).filter(inherits) {
             return Some((reason, true));
         }
@@ -224,7 +232,7 @@ panic: runtime error
 ";
 
     fn reason(kind: &str, outcome: &str) -> Reason {
-        Reason { kind: kind.into(), outcome: outcome.into(), why: "because".into() }
+        Reason { kind: kind.into(), outcome: outcome.into(), why: "because".into(), sub_tests_inherit: true }
     }
 
     #[test]
@@ -275,6 +283,14 @@ panic: runtime error
         assert!(
             table.contains("**4 tests: 1 pass (1 of them vacuously), 0 fail, 1 skip, 1 did not finish, 1 pass or fail by timing.**"),
             "{table}"
+        );
+        // A parent whose result follows one sub-test's keeps its reason to itself.
+        reasons.entry("s".into()).or_default().insert("TestB".into(), Reason { sub_tests_inherit: false, ..either });
+        let table = render(&suite, &reasons);
+        assert!(table.contains("| `TestB` | pass or fail (limit) | because |") && table.contains("| ↳ one | pass |  |"), "{table}");
+        assert!(
+            disagreements(&suite, &reasons).iter().any(|p| p.contains("TestB/two: fail with no reason")),
+            "its failing sub-test needs its own"
         );
         suite.units = Some(vec!["TestB/one".into(), "TestB/two".into()]);
         assert!(render(&suite, &reasons).contains("**2 sub-tests: 1 pass (0 of them vacuously), 1 fail, 0 skip, 0 did not finish.**"));
