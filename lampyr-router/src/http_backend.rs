@@ -223,10 +223,7 @@ impl HttpBackend {
         let (mut parts, _) = resp.into_parts();
         let protocol = parts.headers.get(UPGRADE).cloned();
         strip_hop_by_hop(&mut parts.headers);
-        parts.headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        if let Some(protocol) = protocol {
-            parts.headers.insert(UPGRADE, protocol);
-        }
+        mark_upgrade(&mut parts.headers, protocol);
         tokio::spawn(join_upgraded(client_side, upstream_side, upstream));
         Ok(http::Response::from_parts(parts, body::empty()))
     }
@@ -342,8 +339,7 @@ impl Outgoing {
         let upgrade = upgrade_request(&mut head);
         strip_hop_by_hop(&mut head.headers);
         if let Some((protocol, _)) = &upgrade {
-            head.headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-            head.headers.insert(UPGRADE, protocol.clone());
+            mark_upgrade(&mut head.headers, Some(protocol.clone()));
         }
         // The client recomputes the length from the body, and nothing waits for `100 Continue`.
         head.headers.remove(CONTENT_LENGTH);
@@ -511,13 +507,7 @@ impl Drop for InFlight<'_> {
 /// protocol) and whose connection its server can hand over: the protocol and that hand-over.
 fn upgrade_request(head: &mut http::request::Parts) -> Option<(HeaderValue, OnUpgrade)> {
     let protocol = head.headers.get(UPGRADE)?.clone();
-    let asked = head
-        .headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    let asked = connection_tokens(&head.headers).any(|token| token.eq_ignore_ascii_case("upgrade"));
     if !asked || head.version != http::Version::HTTP_11 {
         return None;
     }
@@ -542,18 +532,25 @@ async fn join_upgraded(client: OnUpgrade, upstream: OnUpgrade, addr: SocketAddr)
 
 /// Removes the connection-specific fields (RFC 9110 §7.6.1) and those the `Connection` field names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
+    let named: Vec<HeaderName> = connection_tokens(headers).filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok()).collect();
     for name in named {
         headers.remove(name);
     }
     for name in HOP_BY_HOP {
         headers.remove(*name);
+    }
+}
+
+/// The options the `Connection` fields list, trimmed.
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers.get_all(CONNECTION).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim)
+}
+
+/// Asks for (or, in a `101`, confirms) an upgrade, to `protocol` when it is named, on the next hop.
+fn mark_upgrade(headers: &mut HeaderMap, protocol: Option<HeaderValue>) {
+    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Some(protocol) = protocol {
+        headers.insert(UPGRADE, protocol);
     }
 }
 

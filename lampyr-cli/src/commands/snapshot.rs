@@ -18,6 +18,11 @@ pub fn run(cmd: SnapshotCommand, ui: &mut Ui) -> Result<(), CliError> {
     match cmd {
         SnapshotCommand::Build { guest, output, max_body, heap_size, bin } => {
             let elf = resolve_guest(&guest, bin, ui)?;
+            if is_crate_dir(&guest) {
+                // The guest build grew the cache's shared build directory (`ly run` and
+                // `ly deploy` prune after snapshotting instead).
+                super::cache::prune_to_limit(&Cache::new(Cache::default_location()?), ui)?;
+            }
             let opts = BuildOptions { max_body, heap_size };
             let built = ui.timed(format!("booting {} and taking its snapshot", elf.display()), || build_artifact(&elf, &output, &opts))?;
             ui.step(format!("wrote {}", output.display()));
@@ -71,6 +76,7 @@ pub const SHARED_GUEST_BUILD: &str = "cargo-build";
 
 /// A guest ELF path, building the crate first when given a crate directory; intermediate
 /// outputs go to the cache's [`SHARED_GUEST_BUILD`], the ELF to the crate's own `target/`.
+/// Callers prune the cache to its limit afterwards.
 pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<PathBuf, CliError> {
     if !is_crate_dir(guest) {
         if guest.is_file() {
@@ -88,9 +94,7 @@ pub fn resolve_guest(guest: &Path, bin: Option<String>, ui: &mut Ui) -> Result<P
     let built = build.run(&mut |line| ui.detail(&task, line));
     ui.done(task);
     drop(building);
-    let elf = built?;
-    super::cache::prune_to_limit(&cache, ui)?;
-    Ok(elf)
+    Ok(built?)
 }
 
 /// Resolves a reference to a verified local layout, pulling registry
