@@ -29,6 +29,26 @@ pub const INIT_FUNCTION: &str = "LampyrInit";
 /// Guest function that returns the guest's ABI version as a `u32`.
 pub const ABI_VERSION_FUNCTION: &str = "LampyrAbiVersion";
 
+/// Host function a guest calls with a response frame to send its status and headers
+/// (and the frame's body, as the first bytes) before its handler returns.
+pub const STREAM_HEAD_FUNCTION: &str = "LampyrStreamHead";
+/// Host function a guest calls with the next bytes of a response body it started streaming.
+pub const STREAM_WRITE_FUNCTION: &str = "LampyrStreamWrite";
+
+/// What the stream host functions return to the guest.
+pub mod stream_status {
+    /// Sent.
+    pub const SENT: u32 = 0;
+    /// Out of order: a second head, or bytes before the head.
+    pub const OUT_OF_ORDER: u32 = 1;
+    /// The client is gone or the call was interrupted: nothing more will be read.
+    pub const CLOSED: u32 = 2;
+    /// The bytes would take the response body over the Revision's limit; the response fails.
+    pub const TOO_LARGE: u32 = 3;
+    /// The head frame is not a valid response frame.
+    pub const MALFORMED: u32 = 4;
+}
+
 /// Magic bytes opening a request frame.
 pub const REQUEST_MAGIC: [u8; 4] = *b"LYRQ";
 /// Magic bytes opening a response frame.

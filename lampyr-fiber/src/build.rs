@@ -90,6 +90,8 @@ pub fn lampyr_builder(builder: SandboxBuilder, s: &SandboxSizes) -> SandboxBuild
         .host_print(crate::runtime::host::guest_print)
         .host_function(crate::runtime::host::SLEEP_FUNCTION, crate::runtime::host::guest_sleep)
         .host_function(crate::runtime::host::LOG_FUNCTION, crate::runtime::host::guest_log)
+        .host_function(lampyr_abi::STREAM_HEAD_FUNCTION, crate::runtime::stream::guest_stream_head)
+        .host_function(lampyr_abi::STREAM_WRITE_FUNCTION, crate::runtime::stream::guest_stream_write)
 }
 
 /// Boots `elf` in a sandbox sized by `opts`, checks it speaks Lampyr's ABI,

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use lampyr_router::{Backend, BackendStats, Body, InvokeError, Scaler, ScalerConfig};
 
 use crate::FiberPool;
+use crate::runtime::Answer;
 use tokio::time::Instant;
 
 use lampyr_router::backend::BoxFuture;
@@ -110,8 +111,13 @@ impl Backend for LocalBackend {
         }
         Box::pin(async move {
             let req = lampyr_router::guest::guest_request(req, self.max_request_body(), deadline).await?;
-            let resp = self.pool.invoke(req, deadline).await?;
-            lampyr_router::guest::http_response(resp)
+            match self.pool.invoke_streaming(req, deadline).await?.0 {
+                Answer::Whole(resp) => lampyr_router::guest::http_response(resp),
+                Answer::Streamed { head, body } => {
+                    let head = lampyr_router::guest::http_response(head)?;
+                    Ok(head.map(|_| lampyr_router::body::boxed(body.stream)))
+                }
+            }
         })
     }
 

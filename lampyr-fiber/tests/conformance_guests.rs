@@ -68,18 +68,22 @@ async fn fixed_bodies_match_upstreams_images_byte_for_byte() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_timeout_guest_sleeps_and_the_deadline_interrupts_a_sleep() {
+async fn the_timeout_guest_sleeps_and_the_deadline_bounds_its_first_byte() {
     let (_dir, pool) = pool("timeout", &[("PORT", "8080")]).expect("loads");
     let started = std::time::Instant::now();
     let resp = answer(&pool, get("/?initialTimeout=200&timeout=300", &[])).await;
     assert_eq!((resp.status, body(&resp)), (200, "Slept for 300 milliseconds"));
     assert!(started.elapsed() >= Duration::from_millis(500), "it waited both: {:?}", started.elapsed());
 
-    // A sleep past the deadline ends there, and the call is interrupted: no 60 s wait.
+    // A sleep before the head past the deadline ends there, and the call is interrupted: no 60 s wait.
     let started = std::time::Instant::now();
-    let err = pool.invoke(get("/?timeout=60000", &[]), Instant::now() + Duration::from_millis(300)).await.expect_err("times out");
+    let late = get("/?initialTimeout=60000", &[]);
+    let err = pool.invoke(late, Instant::now() + Duration::from_millis(300)).await.expect_err("times out");
     assert!(matches!(err, InvokeError::Timeout), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(20), "interrupted at the deadline, not after the sleep: {:?}", started.elapsed());
+    // The head goes out at once, so the deadline (a time to first byte) is met and the body may come later.
+    let resp = pool.invoke(get("/?timeout=1000", &[]), Instant::now() + Duration::from_millis(300)).await.expect("streamed");
+    assert_eq!((resp.status, body(&resp)), (200, "Slept for 1000 milliseconds"));
     let resp = answer(&pool, get("/", &[])).await;
     assert_eq!(body(&resp), "Slept for 0 milliseconds", "the fiber serves again");
 }
@@ -214,6 +218,8 @@ async fn readiness_waits_out_its_delay_at_start_and_its_probe_decides_readiness(
 
     // A guest that does not answer in time fails after failureThreshold attempts.
     let (_dir, slow) = pool("timeout", &[]).expect("loads");
-    let err = check_ready(&slow, &probe("/?timeout=30000", Duration::from_millis(300), 2)).await.expect_err("times out");
+    let err = check_ready(&slow, &probe("/?initialTimeout=30000", Duration::from_millis(300), 2)).await.expect_err("times out");
     assert!(matches!(err, NotReady::NoAnswer { attempts: 2, last: InvokeError::Timeout, .. }), "{err:?}");
+    // A streamed answer is judged by its head: in time here, though its body would take 30 s.
+    check_ready(&slow, &probe("/?timeout=30000", Duration::from_millis(300), 1)).await.expect("its head is a 200 in time");
 }

@@ -70,7 +70,7 @@ fn lampyr_handle(frame: Vec<u8>) -> Vec<u8> {
     drop(frame); // free the frame before the handler allocates its response
     let response = match decoded {
         // SAFETY: as for `lampyr_init`; `__lampyr_handle` is the user's handler.
-        Ok(req) => unsafe { __lampyr_handle(req) },
+        Ok(req) => crate::stream::finish(unsafe { __lampyr_handle(req) }),
         Err(e) => Response::text(400, format!("lampyr guest: request frame refused: {e}\n")),
     };
     match RAW_OVERRIDE.lock().take() {

@@ -49,6 +49,12 @@ pub fn header<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
     response.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(&h.value).ok())
 }
 
+/// Runs `handler` on `req` as a fiber would answer it: a response the handler streamed
+/// ([`crate::stream`]) comes back whole, its head and bytes before the returned body.
+pub fn serve<R: crate::IntoResponse>(handler: impl FnOnce(Request) -> R, req: Request) -> Response {
+    crate::stream::finish(handler(req).into_response())
+}
+
 pub(crate) fn sleep_ms(ms: u64) -> u64 {
     let ms = ms.min(600_000);
     std::thread::sleep(std::time::Duration::from_millis(ms));
@@ -81,7 +87,7 @@ pub fn main(init: fn(), start: fn(), handler: impl Fn(Request) -> Response) -> E
     start();
     let mut req = request(&method.to_ascii_uppercase(), uri);
     req.body = body.as_bytes().to_vec();
-    let response = handler(req);
+    let response = serve(handler, req);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", response.status);
     for h in &response.headers {

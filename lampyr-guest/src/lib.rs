@@ -15,8 +15,9 @@
 //! A handler returns anything that is [`IntoResponse`]: a [`Response`], an
 //! [`Error`] (a JSON error answer with its status) or a `Result` of both, so `?`
 //! works on the SDK's fallible calls. [`Router`] dispatches by method and path,
-//! [`json`] reads and writes JSON bodies, [`env`] reads the Revision's
-//! environment and configuration, and [`info!`] and its siblings log through the host.
+//! [`json`] reads and writes JSON bodies, [`mod@env`] reads the Revision's
+//! environment and configuration, [`stream`] sends a response's head and bytes
+//! before the handler returns, and [`info!`] and its siblings log through the host.
 //!
 //! Build for `x86_64-unknown-none` with `-C link-arg=-eentrypoint`
 //! (`ly run` and `ly snapshot build DIR` do this). Guests must stay soft-float.
@@ -36,6 +37,7 @@ pub mod host;
 pub mod json;
 pub mod log;
 mod router;
+pub mod stream;
 
 pub use error::{Error, IntoResponse};
 pub use lampyr_abi::{ABI_VERSION, Env, Header, HttpVersion, Request, Response};

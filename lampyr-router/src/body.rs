@@ -10,6 +10,12 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use tokio::time::{Instant, Sleep};
 
+/// Longest a response body streams after its head arrived: Knative's largest
+/// `timeoutSeconds`. A request's deadline bounds the time to its response head
+/// (`timeoutSeconds` is a time to first byte, as upstream's queue-proxy applies it);
+/// this bounds what follows.
+pub const STREAM_LIFETIME: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Why a body stopped streaming.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -169,7 +169,7 @@ impl HttpBackend {
     }
 
     /// Sends an [`Outgoing`] request to this upstream; the response head must
-    /// arrive before `deadline`, and its body streams until then.
+    /// arrive before `deadline`, and its body streams for up to [`body::STREAM_LIFETIME`] after.
     ///
     /// `Err(InvokeError::Unavailable)` means no connection could be made, so
     /// nothing was sent, the body is still in `outgoing`, and another upstream may be tried.
@@ -205,7 +205,8 @@ impl HttpBackend {
             let whole = whole.map_err(|e| self.body_error(&e))?.to_bytes();
             return Ok(http::Response::from_parts(parts, body::full(whole)));
         }
-        Ok(http::Response::from_parts(parts, body::bounded(body::boxed(incoming), max, deadline)))
+        let body_deadline = Instant::now() + body::STREAM_LIFETIME;
+        Ok(http::Response::from_parts(parts, body::bounded(body::boxed(incoming), max, body_deadline)))
     }
 
     /// The upstream's `101` to an upgrade: answered to the client as is, with a task that

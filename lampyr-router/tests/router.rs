@@ -339,3 +339,35 @@ async fn shutdown_stops_accepting_and_drains_requests_in_flight() {
     assert_eq!(in_flight.await.expect("joins"), 504, "the request in flight got its answer (its deadline), not a reset");
     tokio::time::timeout(Duration::from_secs(10), server).await.expect("drained within the deadline").expect("joins");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_answer_reaches_the_client_head_first_through_two_routers_past_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stream = artifact(test_guest_elf("stream"), &dir, "stream");
+    let metrics = RuntimeMetrics::default();
+    let timeout = Duration::from_secs(1);
+    let rev = Rev { name: "stream-00001", artifact: stream, env: vec![], policy: policy(1, timeout), queue: 4 };
+    let (e, backend) = entry(rev, &metrics).await;
+    let mut table = RouteTable::default();
+    add_sole_revision(&mut table, "stream", e);
+    let (_fibers, fibers_addr) = serve(table).await;
+    // In front, as fiber-router is in front of fiberd: the same timeout, over HTTP.
+    let upstream = Arc::new(lampyr_router::HttpBackend::new(fibers_addr, 1024, lampyr_router::HttpLimits::default()));
+    let mut front_table = RouteTable::default();
+    support::add_sole_revision(&mut front_table, "stream", "stream-00001", policy(1, timeout), upstream);
+    let (_front, front_addr) = serve(front_table).await;
+
+    for (hop, addr) in [("served where the fibers run", fibers_addr), ("through a router in front", front_addr)] {
+        let started = std::time::Instant::now();
+        let resp = client().get(format!("http://{addr}/stream?1000")).header("host", "stream.default.localhost").send().await;
+        let resp = resp.expect("a response head");
+        assert_eq!(backend.pool().stats().in_flight, 1, "{hop}: the head arrived while the guest was still running");
+        assert_eq!(resp.status().as_u16(), 200, "{hop}");
+        assert_eq!(resp.headers().get("x-streamed").map(|v| v.as_bytes()), Some(&b"yes"[..]), "{hop}");
+        assert_eq!(resp.text().await.expect("the whole body"), "head\nmiddle\nend\n", "{hop}");
+        assert!(started.elapsed() > timeout, "{hop}: the body outlived the request timeout, a time to first byte");
+        wait_until("the fiber is idle again", Duration::from_secs(5), || backend.pool().stats().in_flight == 0).await;
+    }
+    let late = client().get(format!("http://{front_addr}/late?3000")).header("host", "stream.default.localhost").send().await;
+    assert_eq!(late.expect("an answer").status().as_u16(), 504, "no head within the timeout");
+}

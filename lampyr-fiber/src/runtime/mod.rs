@@ -6,11 +6,12 @@ pub mod host;
 pub mod pool;
 pub mod readiness;
 pub mod revision;
+pub mod stream;
 pub mod template;
 pub mod watchdog;
 
 pub use capacity::{Capacity, CapacityAccount, CapacityExhausted, CapacityUsage};
-pub use pool::{CallTimings, FiberPool, PoolConfig, PoolStats};
+pub use pool::{Answer, CallTimings, FiberPool, PoolConfig, PoolStats, StreamedBody};
 pub use readiness::{NotReady, check_ready};
 pub use revision::{RevisionPoolError, revision_pool};
 pub use template::Template;

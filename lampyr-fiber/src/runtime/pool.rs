@@ -4,15 +4,18 @@
 //! shared capacity; a request that finds none free is refused (503).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::BodyExt;
 use lampyr_abi::{Request, Response, encode_request};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
 use super::capacity::{CapacityAccount, CapacityExhausted};
 use super::fiber::{CallOutcome, Disposition, Fiber};
+use super::stream::{ResponseStream, StreamEnd, StreamHead, StreamSink};
 use super::template::Template;
 use super::watchdog::{CallState, KillReason, WatchdogGuard};
 use crate::metrics::{PoolMetrics, RuntimeMetrics};
@@ -70,6 +73,26 @@ pub struct CallTimings {
     pub guest: Duration,
     /// Host work around the call: fiber checkout, watchdog, hand-offs, decoding.
     pub host: Duration,
+}
+
+/// A guest's answer to one request.
+pub enum Answer {
+    /// The guest returned its response whole.
+    Whole(Response),
+    /// The guest sent its head while its handler still ran; the body streams.
+    Streamed {
+        /// Status and headers (its body is empty: the bytes are in `body`).
+        head: Response,
+        /// The bytes the guest writes, then what its handler returns.
+        body: StreamedBody,
+    },
+}
+
+/// The body of a streamed answer, with the call's timings once it ended.
+pub struct StreamedBody {
+    /// The bytes, as an HTTP body.
+    pub stream: ResponseStream,
+    timings: Arc<OnceLock<CallTimings>>,
 }
 
 /// The fibers of one Revision. Cheap to clone.
@@ -147,14 +170,30 @@ impl FiberPool {
         }
     }
 
-    /// Serves `req` on a fiber, waiting for one until `deadline` at most.
-    /// Dropping the returned future interrupts the guest (the caller is gone).
+    /// Serves `req` on a fiber, waiting for one until `deadline` at most, and returns
+    /// the whole answer (a streamed one gathered). Dropping the returned future
+    /// interrupts the guest (the caller is gone).
     pub async fn invoke(&self, req: Request, deadline: Instant) -> Result<Response, InvokeError> {
         self.invoke_timed(req, deadline).await.map(|(resp, _)| resp)
     }
 
     /// [`FiberPool::invoke`], also returning where the time went.
     pub async fn invoke_timed(&self, req: Request, deadline: Instant) -> Result<(Response, CallTimings), InvokeError> {
+        match self.invoke_streaming(req, deadline).await? {
+            (Answer::Whole(resp), timings) => Ok((resp, timings)),
+            (Answer::Streamed { mut head, body }, _) => {
+                let timings = Arc::clone(&body.timings);
+                let bytes = body.stream.collect().await.map_err(|e| InvokeError::FiberFailed(e.to_string()))?;
+                head.body = bytes.to_bytes().to_vec();
+                Ok((head, timings.get().copied().unwrap_or_default()))
+            }
+        }
+    }
+
+    /// Serves `req` on a fiber, returning its answer as soon as there is one: whole when
+    /// the guest returned it, or its head while the guest still streams the body. The
+    /// timings are the call's when whole, the head's when streamed.
+    pub async fn invoke_streaming(&self, req: Request, deadline: Instant) -> Result<(Answer, CallTimings), InvokeError> {
         let i = &self.inner;
         let max = i.template.metadata().max_request_body;
         if req.body.len() as u64 > max {
@@ -166,15 +205,22 @@ impl FiberPool {
         let dispatched = Instant::now();
         let state = Arc::new(CallState::default());
         let watchdog = WatchdogGuard::arm(Arc::clone(&state), deadline);
-        let (tx, rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let (head_tx, head_rx) = oneshot::channel();
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, tx));
-        let result = rx.await;
+        tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, head_tx, done_tx));
+        if let Ok(StreamHead { head, chunks }) = head_rx.await {
+            let timings = Arc::new(OnceLock::new());
+            let end = Arc::clone(&self.inner).stream_end(done_rx, watchdog, dispatched, Arc::clone(&timings));
+            let head_timings = CallTimings { guest: Duration::ZERO, host: dispatched.elapsed() };
+            return Ok((Answer::Streamed { head, body: StreamedBody { stream: ResponseStream::new(chunks, end), timings } }, head_timings));
+        }
+        let result = done_rx.await;
         watchdog.disarm();
-        let (outcome, guest_time) = result.map_err(|_| InvokeError::FiberFailed("the fiber thread ended without an answer".into()))?;
+        let (outcome, guest_time) = result.map_err(|_| thread_ended())?;
         let timings = CallTimings { guest: guest_time, host: dispatched.elapsed().saturating_sub(guest_time) };
         i.record(&outcome, timings);
-        outcome_to_result(outcome).map(|resp| (resp, timings))
+        outcome_to_result(outcome).map(|resp| (Answer::Whole(resp), timings))
     }
 
     /// Sets the warm size: creates fibers up to `n` (at most `max_fibers`)
@@ -190,6 +236,24 @@ impl FiberPool {
 }
 
 impl PoolInner {
+    /// How a streamed call ends: once its guest returned, the last bytes (or why the
+    /// body fails), the call recorded, the watchdog disarmed.
+    async fn stream_end(
+        self: Arc<Self>,
+        done: oneshot::Receiver<(CallOutcome, Duration)>,
+        watchdog: WatchdogGuard,
+        dispatched: Instant,
+        timings: Arc<OnceLock<CallTimings>>,
+    ) -> StreamEnd {
+        let result = done.await;
+        watchdog.disarm();
+        let (outcome, guest_time) = result.map_err(|_| thread_ended())?;
+        let call = CallTimings { guest: guest_time, host: dispatched.elapsed().saturating_sub(guest_time) };
+        self.record(&outcome, call);
+        let _ = timings.set(call);
+        outcome_to_result(outcome).map(|resp| Bytes::from(resp.body))
+    }
+
     fn idle_len(&self) -> usize {
         self.idle.lock().map(|v| v.len()).unwrap_or(0)
     }
@@ -224,8 +288,16 @@ impl PoolInner {
         }
     }
 
-    /// Runs on a blocking thread: takes a fiber, calls it, answers, then recycles it.
-    fn run_call(&self, frame: Vec<u8>, state: &CallState, permit: OwnedSemaphorePermit, answer: oneshot::Sender<(CallOutcome, Duration)>) {
+    /// Runs on a blocking thread: takes a fiber, calls it (its streamed head, if any, to
+    /// `head`), answers, then recycles it.
+    fn run_call(
+        &self,
+        frame: Vec<u8>,
+        state: &Arc<CallState>,
+        permit: OwnedSemaphorePermit,
+        head: oneshot::Sender<StreamHead>,
+        answer: oneshot::Sender<(CallOutcome, Duration)>,
+    ) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.gauge_update();
         let mut fiber = match self.take_fiber() {
@@ -245,12 +317,16 @@ impl PoolInner {
             }
         };
         state.set_fiber(fiber.interrupt_handle());
-        let (outcome, guest_time) = match state.reason() {
-            KillReason::None => fiber.call(frame, &self.template, state),
-            KillReason::Deadline => (CallOutcome::TimedOut, Duration::ZERO),
-            KillReason::CallerGone => (CallOutcome::Abandoned, Duration::ZERO),
+        let sink = StreamSink::new(head, Arc::clone(state), self.template.response_limits());
+        let ((outcome, guest_time), sink) = match state.reason() {
+            KillReason::None => sink.around(|| fiber.call(frame, &self.template, state)),
+            KillReason::Deadline => ((CallOutcome::TimedOut, Duration::ZERO), sink),
+            KillReason::CallerGone => ((CallOutcome::Abandoned, Duration::ZERO), sink),
         };
         state.mark_returned();
+        let outcome = streamed_outcome(outcome, &sink, self.template.response_limits().max_body);
+        // Closes the streamed body's chunks (the client then waits for `answer`).
+        drop(sink);
         let malformed = matches!(outcome, CallOutcome::BadResponse(_));
         // Answer first: the restore is off the response's path.
         let _ = answer.send((outcome, guest_time));
@@ -358,6 +434,27 @@ impl PoolInner {
         m.guest_seconds.observe(timings.guest.as_secs_f64());
         m.host_overhead_seconds.observe(timings.host.as_secs_f64());
     }
+}
+
+/// The outcome of a call whose body was streamed: its last bytes must keep the whole
+/// body within `max_body`, and a stream that went over fails the call.
+fn streamed_outcome(outcome: CallOutcome, sink: &StreamSink, max_body: usize) -> CallOutcome {
+    if !sink.streamed() {
+        return outcome;
+    }
+    if let Some(why) = sink.failure() {
+        return CallOutcome::Failed(why.to_string());
+    }
+    match outcome {
+        CallOutcome::Answered(resp) if sink.written().saturating_add(resp.body.len() as u64) > max_body as u64 => {
+            CallOutcome::Failed(format!("the streamed response body exceeds the limit of {max_body} bytes"))
+        }
+        other => other,
+    }
+}
+
+fn thread_ended() -> InvokeError {
+    InvokeError::FiberFailed("the fiber thread ended without an answer".into())
 }
 
 fn outcome_to_result(outcome: CallOutcome) -> Result<Response, InvokeError> {

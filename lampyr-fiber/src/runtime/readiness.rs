@@ -14,7 +14,7 @@ use lampyr_api::policy::ReadinessCheck;
 use lampyr_router::InvokeError;
 use tokio::time::Instant;
 
-use super::pool::FiberPool;
+use super::pool::{Answer, FiberPool};
 
 /// Why a template is not ready to serve.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +53,13 @@ pub async fn check_ready(pool: &FiberPool, check: &ReadinessCheck) -> Result<(),
     let attempts = check.failure_threshold.max(1);
     let mut last = None;
     for attempt in 1..=attempts {
-        match pool.invoke(probe_request(check), Instant::now() + check.timeout).await {
+        // A streamed answer is judged by its head, as the kubelet judges by status; its
+        // body is dropped unread (which stops the guest).
+        let answer = pool.invoke_streaming(probe_request(check), Instant::now() + check.timeout).await.map(|(a, _)| match a {
+            Answer::Whole(resp) => resp,
+            Answer::Streamed { head, .. } => head,
+        });
+        match answer {
             Ok(resp) if (200..400).contains(&resp.status) => return Ok(()),
             Ok(resp) => {
                 let body = String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).into_owned();

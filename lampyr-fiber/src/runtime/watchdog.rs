@@ -5,7 +5,7 @@
 //! the call reports that it has returned.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hyperlight_host::hypervisor::InterruptHandle;
@@ -32,6 +32,8 @@ pub struct CallState {
     handle: OnceLock<Arc<dyn InterruptHandle>>,
     returned: AtomicBool,
     reason: Arc<AtomicU8>,
+    /// A later deadline than the one armed, once the call's response head went out.
+    extended: Mutex<Option<Instant>>,
 }
 
 /// Whether a call was interrupted, readable from the thread running it (a host
@@ -68,6 +70,18 @@ impl CallState {
         Interruption(Arc::clone(&self.reason))
     }
 
+    /// Moves the call's deadline to `to` (never earlier than the one armed): its
+    /// response head went out, and the request deadline bounds only that.
+    pub fn extend_deadline(&self, to: Instant) {
+        if let Ok(mut extended) = self.extended.lock() {
+            *extended = Some(extended.map_or(to, |e| e.max(to)));
+        }
+    }
+
+    fn extended_deadline(&self) -> Option<Instant> {
+        self.extended.lock().ok().and_then(|e| *e)
+    }
+
     /// Why the call was interrupted, if it was.
     pub fn reason(&self) -> KillReason {
         match self.reason.load(Ordering::Acquire) {
@@ -90,10 +104,19 @@ impl WatchdogGuard {
     pub fn arm(state: Arc<CallState>, deadline: Instant) -> Self {
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(async move {
-            let reason = tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => KillReason::Deadline,
-                Ok(()) = rx => KillReason::CallerGone,
-                else => return,
+            let (mut deadline, mut rx, mut caller_waiting) = (deadline, rx, true);
+            let reason = loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => match state.extended_deadline() {
+                        Some(later) if later > deadline => deadline = later,
+                        _ => break KillReason::Deadline,
+                    },
+                    gone = &mut rx, if caller_waiting => match gone {
+                        Ok(()) => break KillReason::CallerGone,
+                        // Disarmed: the task is being aborted.
+                        Err(_) => caller_waiting = false,
+                    },
+                }
             };
             state.reason.store(reason as u8, Ordering::Release);
             // `kill` blocks for about half a millisecond: keep it off the async workers.

@@ -1,13 +1,13 @@
-//! Knative's `timeout` test image as a fiber: waits `initialTimeout` ms, then `timeout`
-//! ms, then answers `Slept for <timeout> milliseconds` (no newline). Upstream writes its
-//! headers between the two waits; a fiber's response starts only when the guest returns
-//! it whole (docs/conformance.md lists what that changes).
+//! Knative's `timeout` test image as a fiber: waits `initialTimeout` ms, sends its
+//! head (`200`, no body yet), waits `timeout` ms, then answers `Slept for <timeout>
+//! milliseconds` (no newline). The head is the first byte `timeoutSeconds` bounds,
+//! as upstream's image writes and flushes its header between the two waits.
 #![no_std]
 #![no_main]
 
 use alloc::format;
 
-use lampyr_guest::{Request, Response};
+use lampyr_guest::{Request, Response, stream};
 
 extern crate alloc;
 
@@ -24,6 +24,9 @@ fn millis(req: &Request, name: &str) -> u64 {
 
 fn handle(req: Request) -> Response {
     lampyr_guest::sleep_ms(millis(&req, "initialTimeout"));
+    if !stream::start(Response::new(200)) {
+        return Response::new(200); // the client is gone
+    }
     let timeout = millis(&req, "timeout");
     lampyr_guest::sleep_ms(timeout);
     Response::new(200).with_body(format!("Slept for {timeout} milliseconds"))
