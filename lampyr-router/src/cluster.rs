@@ -12,10 +12,11 @@
 //!   name, the public one at the public Service's), written through the
 //!   `/status` subresource.
 //!
-//! - **Services**, when KIngresses are watched: a KIngress split naming no
-//!   Revision here goes to the Service it names, at its cluster IP and the
-//!   split's port ([`crate::services`]), as upstream's ingresses route to
-//!   ordinary Services.
+//! - **Services and EndpointSlices**, when KIngresses are watched: a KIngress
+//!   split naming no Revision here goes to the Service it names, at its ready
+//!   endpoints for the split's port ([`crate::services`], [`ServiceBackend`]), as
+//!   upstream's ingresses route to ordinary Services; such a KIngress is reported
+//!   Ready only once each of those Services has a ready endpoint.
 //!
 //! - **TLS Secrets** (`type: kubernetes.io/tls`), when the router serves HTTPS
 //!   ([`ClusterConfig::tls`]): each KIngress `spec.tls` entry's Secret gives
@@ -33,7 +34,7 @@
 //!
 //! The router's identity needs `get`, `list` and `watch` on `homes` and
 //! `ingresses.networking.internal.knative.dev`, `patch` on
-//! `ingresses/status`, `list` and `watch` on `services`, and, to serve HTTPS,
+//! `ingresses/status`, `list` and `watch` on `services` and `endpointslices`, and, to serve HTTPS,
 //! `list` and `watch` on `secrets`.
 
 use std::collections::{HashMap, HashSet};
@@ -43,6 +44,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -55,13 +57,13 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::fiberd_backend::{FiberdBackend, FiberdConfig, Instance};
-use crate::http_backend::HttpBackend;
 use crate::kingress::{
     self, NotConfigured, REASON_HOST_CONFLICT, REASON_TLS_NOT_SERVED, REASON_TLS_SECRET_INVALID, REASON_TLS_SECRET_MISSING,
 };
 use crate::peers::Peers;
 use crate::server::Router;
-use crate::services::{self, ServiceTarget};
+use crate::service_backend::ServiceBackend;
+use crate::services::{self, SERVICE_NAME_LABEL, ServiceTarget};
 use crate::table::{RevisionEntry, RouteTable};
 
 /// How soon a KIngress waiting for other replicas is probed again.
@@ -160,10 +162,16 @@ impl ClusterRoutes {
             tasks.push(task);
             store
         });
+        let endpoint_slices = config.ingress_class.as_ref().map(|_| {
+            let (store, task) = watch_all(Api::<EndpointSlice>::all(client.clone()), every(), Arc::clone(&notify), "EndpointSlices");
+            tasks.push(task);
+            store
+        });
         let (synced_tx, synced) = watch::channel(false);
         let reconciler =
             Reconciler { router, client, config, backends: HashMap::new(), service_backends: HashMap::new(), certificates: HashMap::new() };
-        tasks.push(tokio::spawn(reconciler.run(Stores { homes, ingresses, secrets, services }, notify, synced_tx)));
+        let stores = Stores { homes, ingresses, secrets, services, endpoint_slices };
+        tasks.push(tokio::spawn(reconciler.run(stores, notify, synced_tx)));
         ClusterRoutes { tasks, synced }
     }
 
@@ -218,6 +226,7 @@ struct Stores {
     ingresses: Option<Store<Ingress>>,
     secrets: Option<Store<Secret>>,
     services: Option<Store<Service>>,
+    endpoint_slices: Option<Store<EndpointSlice>>,
 }
 
 impl Stores {
@@ -227,6 +236,7 @@ impl Stores {
             && listed_if_watched(&self.ingresses).await
             && listed_if_watched(&self.secrets).await
             && listed_if_watched(&self.services).await
+            && listed_if_watched(&self.endpoint_slices).await
     }
 }
 
@@ -250,7 +260,7 @@ struct Reconciler {
     config: ClusterConfig,
     backends: HashMap<(String, String), Arc<FiberdBackend>>,
     /// Backends of KIngress splits naming an ordinary Service, by namespace and name.
-    service_backends: HashMap<(String, String), (ServiceTarget, Arc<HttpBackend>)>,
+    service_backends: HashMap<(String, String), (ServiceTarget, Arc<ServiceBackend>)>,
     /// Secrets parsed before, by namespace and name: parsed again only when they change.
     certificates: HashMap<(String, String), ParsedSecret>,
 }
@@ -330,9 +340,10 @@ impl Reconciler {
             }
             self.certificates.retain(|key, _| used.contains(key));
         }
-        if let Some(services) = &stores.services {
-            self.route_services(&mut table, services);
-        }
+        let waiting = match (&stores.services, &stores.endpoint_slices) {
+            (Some(services), Some(slices)) => self.route_services(&mut table, services, slices),
+            _ => HashMap::new(),
+        };
         self.router.set_table(table);
         let programmed = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
         self.router.metrics().ingresses.set(programmed as i64);
@@ -351,6 +362,14 @@ impl Reconciler {
             };
             let desired = kingress::desired_status(&ingress, outcome.as_ref().map(|_| ()), balancers);
             if ingress.status.as_ref() == Some(&desired) {
+                continue;
+            }
+            if outcome.is_ok()
+                && let Some(service) = waiting.get(&kingress::ingress_key(&ingress))
+            {
+                // Not Ready (its last status stays) until the Service it routes to can answer.
+                tracing::debug!(ingress = %ingress.name_any(), %service, "not Ready until the Service has ready endpoints");
+                settled = Settled::WaitingForPeers;
                 continue;
             }
             if let (Ok(()), Some(peers), Some(host)) = (&outcome, &self.config.peers, kingress::probe_host(&ingress))
@@ -396,21 +415,32 @@ enum Settled {
 
 impl Reconciler {
     /// Gives every KIngress split that names no Revision the backend of the Service it
-    /// names ([`crate::services`]), kept across rebuilds while its target stays the same.
-    fn route_services(&mut self, table: &mut RouteTable, services: &Store<Service>) {
-        let mut wanted: Vec<(String, String, IntOrString)> = Vec::new();
+    /// names ([`crate::services`]): its ready endpoints, from its EndpointSlices, kept
+    /// across rebuilds while its port stays the same. Returns the KIngresses (`namespace/name`)
+    /// with a split to a Service that has no ready endpoint yet, and that Service.
+    fn route_services(
+        &mut self,
+        table: &mut RouteTable,
+        services: &Store<Service>,
+        slices: &Store<EndpointSlice>,
+    ) -> HashMap<String, String> {
+        let mut wanted: Vec<(String, String, IntOrString, String)> = Vec::new();
         for (_, route) in table.hosts() {
             for split in route.paths.iter().flat_map(|p| &p.splits) {
                 if table.revision(&split.namespace, &split.service).is_none() {
-                    wanted.push((split.namespace.clone(), split.service.clone(), split.port.clone()));
+                    wanted.push((split.namespace.clone(), split.service.clone(), split.port.clone(), route.ingress.clone()));
                 }
             }
         }
-        let mut live = HashSet::new();
-        for (namespace, name, port) in wanted {
+        let by_service = if wanted.is_empty() { HashMap::new() } else { slices_by_service(slices) };
+        let (mut live, mut waiting) = (HashSet::new(), HashMap::new());
+        for (namespace, name, port, ingress) in wanted {
             let key = (namespace.clone(), name.clone());
-            // One backend per Service: the first split naming it gives the port.
-            if !live.insert(key.clone()) {
+            if let Some((_, backend)) = self.service_backends.get(&key).filter(|_| live.contains(&key)) {
+                // One backend per Service: the first split naming it gave the port.
+                if backend.endpoints().is_empty() {
+                    waiting.insert(ingress, format!("{namespace}/{name}"));
+                }
                 continue;
             }
             let Some(service) = services.get(&ObjectRef::new(&name).within(&namespace)) else {
@@ -429,15 +459,22 @@ impl Reconciler {
                 Some((kept, backend)) if *kept == target => Arc::clone(backend),
                 _ => {
                     let (max, limits) = (self.config.backend.max_request_body, self.config.backend.limits.clone());
-                    tracing::info!(%namespace, service = %name, address = %target.address, h2c = target.h2c, "routing KIngress splits to a Service");
-                    let built = Arc::new(HttpBackend::speaking(target.address, max, limits, target.h2c));
-                    self.service_backends.insert(key, (target, Arc::clone(&built)));
+                    tracing::info!(%namespace, service = %name, port = %target.port_name, h2c = target.h2c, "routing KIngress splits to a Service's endpoints");
+                    let built = Arc::new(ServiceBackend::new(format!("{namespace}/{name}"), max, limits, target.h2c));
+                    self.service_backends.insert(key.clone(), (target.clone(), Arc::clone(&built)));
                     built
                 }
             };
+            let slices = by_service.get(&key).map(Vec::as_slice).unwrap_or_default();
+            backend.set_endpoints(&services::ready_endpoints(slices.iter().map(Arc::as_ref), &target));
+            if backend.endpoints().is_empty() {
+                waiting.insert(ingress, format!("{namespace}/{name}"));
+            }
+            live.insert(key.clone());
             table.insert_revision(RevisionEntry::new(namespace, name, lampyr_api::policy::FiberPolicy::default(), backend));
         }
         self.service_backends.retain(|key, _| live.contains(key));
+        waiting
     }
 
     /// The certificates `ingress`'s `spec.tls` asks for, by host, from the watched
@@ -505,6 +542,16 @@ fn parse_secret(secret: &Secret) -> Result<Arc<rustls::sign::CertifiedKey>, Stri
 
 /// Adds every host and certificate of one KIngress, or none when another KIngress holds
 /// one of its hosts. A host whose certificate another KIngress set keeps that one.
+/// The watched EndpointSlices by the namespace and name of the Service they belong to.
+fn slices_by_service(slices: &Store<EndpointSlice>) -> HashMap<(String, String), Vec<Arc<EndpointSlice>>> {
+    let mut out: HashMap<(String, String), Vec<Arc<EndpointSlice>>> = HashMap::new();
+    for slice in slices.state() {
+        let (Some(namespace), Some(service)) = (slice.namespace(), slice.labels().get(SERVICE_NAME_LABEL).cloned()) else { continue };
+        out.entry((namespace, service)).or_default().push(slice);
+    }
+    out
+}
+
 fn program(
     table: &mut RouteTable,
     routes: Vec<(String, Arc<crate::table::HostRoute>)>,

@@ -249,22 +249,39 @@ impl HttpBackend {
     }
 }
 
+/// Sends `outgoing` to the upstream `pick` gives for each try, trying again (up to
+/// `attempts` times, pausing 50 ms, then 200 ms, … within `deadline`) while no connection
+/// could be made: nothing was sent, so the body is still in `outgoing`. `pick` giving
+/// none is [`InvokeError::Unavailable`] with `none_why`.
+pub(crate) async fn send_retrying<B: std::ops::Deref<Target = HttpBackend>>(
+    outgoing: &Outgoing,
+    deadline: Instant,
+    attempts: u32,
+    mut pick: impl FnMut() -> Option<B>,
+    none_why: &str,
+) -> Result<http::Response<Body>, InvokeError> {
+    let (mut attempt, mut pause) = (1, FIRST_CONNECT_PAUSE);
+    loop {
+        let answer = match pick() {
+            Some(upstream) => upstream.send(outgoing, deadline).await,
+            None => Err(InvokeError::Unavailable(none_why.to_string())),
+        };
+        match answer {
+            Err(InvokeError::Unavailable(why)) if attempt < attempts && Instant::now() + pause < deadline => {
+                tracing::debug!(attempt, %why, "no connection to the upstream; trying again");
+                tokio::time::sleep(pause).await;
+                (attempt, pause) = (attempt + 1, pause * 4);
+            }
+            answer => return answer,
+        }
+    }
+}
+
 impl Backend for HttpBackend {
     fn invoke(&self, req: http::Request<Body>, deadline: Instant) -> BoxFuture<'_, Result<http::Response<Body>, InvokeError>> {
         Box::pin(async move {
             let outgoing = Outgoing::new(req, self.max_request_body)?;
-            let (mut attempt, mut pause) = (1, FIRST_CONNECT_PAUSE);
-            loop {
-                match self.send(&outgoing, deadline).await {
-                    // Unavailable: no connection, nothing sent, the body is still in `outgoing`.
-                    Err(InvokeError::Unavailable(why)) if attempt < self.connect_attempts && Instant::now() + pause < deadline => {
-                        tracing::debug!(upstream = %self.upstream, attempt, %why, "no connection to the upstream; trying again");
-                        tokio::time::sleep(pause).await;
-                        (attempt, pause) = (attempt + 1, pause * 4);
-                    }
-                    answer => return answer,
-                }
-            }
+            send_retrying(&outgoing, deadline, self.connect_attempts, || Some(self), "").await
         })
     }
 

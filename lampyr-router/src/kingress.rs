@@ -72,6 +72,11 @@ pub fn probe_host(ingress: &Ingress) -> Option<&str> {
     ingress.spec.rules.iter().flat_map(|r| &r.hosts).next().map(String::as_str)
 }
 
+/// `namespace/name` of `ingress`: how its routes name it ([`HostRoute::ingress`]).
+pub fn ingress_key(ingress: &Ingress) -> String {
+    format!("{}/{}", ingress.metadata.namespace.as_deref().unwrap_or_default(), ingress.metadata.name.as_deref().unwrap_or_default())
+}
+
 /// The routes of `ingress`: `(host, route)` pairs, every host of a rule
 /// sharing its route, each host once. A host named by several rules takes the
 /// first rule's paths, and is public if any of those rules is `ExternalIP`
@@ -79,8 +84,7 @@ pub fn probe_host(ingress: &Ingress) -> Option<&str> {
 /// the Route's domain). A spec that cannot be routed (an invalid header name
 /// or value) yields no route at all, never half of them.
 pub fn routes(ingress: &Ingress) -> Result<Vec<(String, Arc<HostRoute>)>, NotConfigured> {
-    let name =
-        format!("{}/{}", ingress.metadata.namespace.as_deref().unwrap_or_default(), ingress.metadata.name.as_deref().unwrap_or_default());
+    let name = ingress_key(ingress);
     let invalid = |message: String| NotConfigured { reason: REASON_INVALID_SPEC, message };
     let spec_hash = hash(ingress);
     let mut out = Vec::new();

@@ -58,7 +58,12 @@ struct Upstream {
 
 impl Upstream {
     async fn start(name: &'static str) -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        Self::start_at(name, std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// Like [`Upstream::start`], listening on `ip`.
+    async fn start_at(name: &'static str, ip: std::net::IpAddr) -> Upstream {
+        let listener = TcpListener::bind((ip, 0)).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (hits, hanging) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (h, g) = (Arc::clone(&hits), Arc::clone(&hanging));
@@ -128,6 +133,18 @@ impl Answer {
     fn field(&self, key: &str) -> &str {
         self.fields.iter().find(|(k, _)| k == key).map_or("", |(_, v)| v.as_str())
     }
+}
+
+/// This machine's address on its default route: an endpoint address the API server
+/// accepts (it refuses loopback ones).
+fn non_loopback_ip() -> std::net::IpAddr {
+    // Connecting a UDP socket sends nothing; it only picks the route and its source address.
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a UDP socket");
+    socket
+        .connect("203.0.113.1:9")
+        .and_then(|()| socket.local_addr())
+        .map(|a| a.ip())
+        .unwrap_or_else(|e| panic!("this test needs a non-loopback IPv4 address (a default route) for an endpoint: {e}"))
 }
 
 /// A loopback address nothing listens on.
@@ -680,6 +697,70 @@ async fn a_kingress_of_the_fiber_class_splits_tags_and_keeps_cluster_local_hosts
         (ans.status == 404).then_some(()).ok_or(format!("{} {}", ans.status, ans.text))
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_split_to_an_ordinary_service_goes_to_its_ready_endpoints_and_is_ready_only_once_it_has_some() {
+    let (cluster, client) = cluster().await;
+    let ns = cluster.namespace("router-service").await;
+    let ip = non_loopback_ip();
+    let up = Upstream::start_at("plain", ip).await;
+    let router = start_router(client.clone(), ClusterConfig::new(SERVICE_DNS)).await;
+    // A Service without a selector: its endpoints are the EndpointSlice below. Its cluster IP
+    // leads nowhere here (no kube-proxy), so only routing to the endpoints can answer.
+    let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": "plain", "namespace": ns},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": up.addr.port()}]},
+    }))
+    .expect("a Service");
+    Api::namespaced(client.clone(), &ns).create(&PostParams::default(), &service).await.expect("create Service");
+    let slice = |ready: bool| -> k8s_openapi::api::discovery::v1::EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": "plain-1", "namespace": ns, "labels": {"kubernetes.io/service-name": "plain"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": up.addr.port(), "protocol": "TCP"}],
+            "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": ready}}],
+        }))
+        .expect("an EndpointSlice")
+    };
+    let slices = Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), &ns);
+    slices.create(&PostParams::default(), &slice(false)).await.expect("create EndpointSlice");
+    let host = format!("plain.{ns}.example.com");
+    let ingress: Ingress = serde_json::from_value(json!({
+        "apiVersion": "networking.internal.knative.dev/v1alpha1",
+        "kind": "Ingress",
+        "metadata": {"name": "plain", "namespace": ns, "annotations": {"networking.knative.dev/ingress.class": FIBER_INGRESS_CLASS}},
+        "spec": {"rules": [{"hosts": [host], "visibility": "ExternalIP", "http": {"paths": [{"splits": [
+            {"serviceNamespace": ns, "serviceName": "plain", "servicePort": 80, "percent": 100},
+        ]}]}}]},
+    }))
+    .expect("a KIngress");
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+    ingresses.create(&PostParams::default(), &ingress).await.expect("create KIngress");
+    let c = http();
+    eventually("the host is routed to the Service, which has no ready endpoint", || async {
+        let ans = by_host(&c, router.public, &host, "/").await;
+        (ans.status == 503 && ans.text.contains("no ready endpoints")).then_some(()).ok_or(format!("{} {}", ans.status, ans.text))
+    })
+    .await;
+    // The status would be written right after the table: give it the time it would take.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = ingresses.get("plain").await.expect("read KIngress").status;
+    assert!(status.as_ref().is_none_or(|s| !s.is_ready(Some(1))), "Ready with no endpoint to answer: {status:#?}");
+
+    slices
+        .replace("plain-1", &PostParams::default(), &{
+            let mut ready = slice(true);
+            ready.metadata.resource_version = slices.get("plain-1").await.expect("read slice").metadata.resource_version;
+            ready
+        })
+        .await
+        .expect("the endpoint becomes ready");
+    wait_ingress_ready(&client, &ns, "plain").await;
+    for _ in 0..10 {
+        let ans = by_host(&c, router.public, &host, "/").await;
+        assert_eq!((ans.status, ans.name.as_str()), (200, "plain"), "{}", ans.text);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
