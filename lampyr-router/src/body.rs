@@ -100,6 +100,50 @@ impl HttpBody for Bounded {
     }
 }
 
+/// A response body went longer than its idle limit without a byte.
+#[derive(Debug, thiserror::Error)]
+#[error("the response body sent nothing for {0:?} (the Revision's idleTimeoutSeconds)")]
+pub struct IdlePassed(pub std::time::Duration);
+
+/// Bounds the gaps in `body`: once `idle` passes with no frame, it ends with
+/// [`IdlePassed`] (the client sees a reset, and the body's source is dropped).
+pub fn idle_bounded(body: Body, idle: std::time::Duration) -> Body {
+    IdleBounded { inner: body, idle, timer: Box::pin(tokio::time::sleep(idle)) }.boxed_unsync()
+}
+
+struct IdleBounded {
+    inner: Body,
+    idle: std::time::Duration,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl HttpBody for IdleBounded {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(IdlePassed(this.idle).into()))),
+                Poll::Pending => Poll::Pending,
+            },
+            ready => {
+                this.timer.as_mut().reset(Instant::now() + this.idle);
+                ready
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// The body length `headers` declare (`Content-Length`), when it is a number.
 pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
     headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok())
@@ -137,6 +181,24 @@ mod tests {
         assert!(caused_by::<TooLarge>(err.as_ref()), "{err}");
         let ok = bounded(full(vec![0u8; 10]), 10, deadline).collect().await.expect("at the limit");
         assert_eq!(ok.to_bytes().len(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_silent_past_its_idle_limit_fails_and_one_that_keeps_sending_does_not() {
+        let idle = Duration::from_secs(5);
+        let stalled = http_body_util::StreamBody::new(futures::stream::pending::<Result<Frame<Bytes>, BodyError>>());
+        let err = idle_bounded(boxed(stalled), idle).collect().await.expect_err("silent for 5 s");
+        assert!(caused_by::<IdlePassed>(err.as_ref()), "{err}");
+        // Three frames 4 s apart: 12 s in all, never 5 s silent.
+        let ticking = futures::stream::unfold(0, |n| async move {
+            if n == 3 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            Some((Ok::<_, BodyError>(Frame::data(Bytes::from_static(b"x"))), n + 1))
+        });
+        let body = idle_bounded(boxed(http_body_util::StreamBody::new(ticking)), idle).collect().await.expect("kept alive");
+        assert_eq!(body.to_bytes().len(), 3);
     }
 
     #[tokio::test(start_paused = true)]

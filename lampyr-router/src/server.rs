@@ -436,7 +436,10 @@ impl Router {
         } else {
             let req = req.map(|incoming| body::bounded(body::boxed(incoming), max, deadline));
             match entry.backend.invoke(req, deadline).await {
-                Ok(resp) => resp,
+                Ok(resp) => match entry.policy.timeouts.idle {
+                    Some(idle) => resp.map(|body| body::idle_bounded(body, idle)),
+                    None => resp,
+                },
                 Err(e) => error_response(&e),
             }
         };

@@ -371,3 +371,24 @@ async fn a_streamed_answer_reaches_the_client_head_first_through_two_routers_pas
     let late = client().get(format!("http://{front_addr}/late?3000")).header("host", "stream.default.localhost").send().await;
     assert_eq!(late.expect("an answer").status().as_u16(), 504, "no head within the timeout");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_body_silent_past_idle_timeout_seconds_is_reset_and_its_guest_stopped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stream = artifact(test_guest_elf("stream"), &dir, "stream");
+    let metrics = RuntimeMetrics::default();
+    let mut idle = policy(1, Duration::from_secs(30));
+    idle.timeouts.idle = Some(Duration::from_millis(500));
+    let (e, backend) = entry(Rev { name: "stream-00001", artifact: stream, env: vec![], policy: idle, queue: 4 }, &metrics).await;
+    let mut table = RouteTable::default();
+    add_sole_revision(&mut table, "stream", e);
+    let (_router, addr) = serve(table).await;
+
+    let get = |path: &str| client().get(format!("http://{addr}{path}")).header("host", "stream.default.localhost").send();
+    let quick = get("/stream?100").await.expect("a head");
+    assert_eq!(quick.text().await.expect("gaps of 100 ms pass"), "head\nmiddle\nend\n");
+    let silent = get("/stream?60000").await.expect("a head");
+    assert_eq!(silent.status().as_u16(), 200);
+    silent.text().await.expect_err("the body is reset after 500 ms of silence, not cut short");
+    wait_until("the silent guest is stopped", Duration::from_secs(20), || backend.pool().stats().in_flight == 0).await;
+}
