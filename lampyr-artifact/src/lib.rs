@@ -8,6 +8,7 @@
 //! manifest whose one layer is the guest ELF. See `docs/artifacts.md`.
 
 pub mod cache;
+pub mod credentials;
 pub mod evict;
 pub mod layout;
 pub mod pack;

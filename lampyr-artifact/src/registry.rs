@@ -16,12 +16,14 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use http::HeaderValue;
 use oci_client::Reference;
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
 use oci_spec::image::{Descriptor, ImageManifest};
 use sha2::Digest as _;
 
 use crate::cache::{Cache, CacheError, PendingBlob};
+use crate::credentials::{CredentialError, Credentials};
 use crate::layout::{self, MAX_JSON_BYTES, digest_hex, sha256_digest};
 use crate::pack::{Unpacker, check_unpacked};
 use crate::reference::Repository;
@@ -76,6 +78,22 @@ pub enum RegistryError {
         /// What to do about it.
         hint: &'static str,
     },
+    /// The registry refused the client's credentials (or its lack of them).
+    #[error(
+        "{registry} refused {action}: {detail} (its credentials are missing or wrong: \
+         `docker login {registry}` for ly; nothing was changed there)"
+    )]
+    Unauthorized {
+        /// The registry.
+        registry: String,
+        /// What was being done.
+        action: String,
+        /// The registry's answer.
+        detail: String,
+    },
+    /// The registry credentials or CAs configured cannot be used.
+    #[error("{0}")]
+    Credentials(#[source] CredentialError),
     /// The registry did not answer.
     #[error("cannot reach {registry} while {action}: {detail} ({UNREACHABLE_HINT})")]
     Unreachable {
@@ -204,6 +222,27 @@ pub struct RegistryClient {
     client: oci_client::Client,
     sessions: Arc<Sessions>,
     plain_http: Vec<String>,
+    credentials: Credentials,
+    /// Credentials already read, by registry (a credential helper runs once per registry).
+    resolved: Arc<std::sync::Mutex<std::collections::HashMap<String, RegistryAuth>>>,
+}
+
+/// Who a [`RegistryClient`] is to registries, and which extra CAs it trusts.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryAccess {
+    /// Where credentials come from (anonymous by default).
+    pub credentials: Credentials,
+    /// PEM certificate authorities trusted besides the system's.
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl RegistryAccess {
+    /// What a user's own tools use: their Docker config's credentials (`docker login`), and
+    /// the CAs in [`crate::credentials::CA_FILE_ENV`] when it is set.
+    pub fn from_environment() -> Result<Self, RegistryError> {
+        let ca_pem = crate::credentials::ca_from_environment().map_err(RegistryError::Credentials)?;
+        Ok(RegistryAccess { credentials: Credentials::DockerConfig, ca_pem })
+    }
 }
 
 /// One request's context, for error messages.
@@ -236,24 +275,60 @@ impl RegistryClient {
     ///
     /// Connecting times out after 10 s and a stalled read after 60 s.
     pub fn new(plain_http: impl IntoIterator<Item = impl Into<String>>) -> Result<Self, RegistryError> {
+        Self::with_access(plain_http, RegistryAccess::default())
+    }
+
+    /// [`RegistryClient::new`], authenticating and verifying certificates as `access` says.
+    pub fn with_access(plain_http: impl IntoIterator<Item = impl Into<String>>, access: RegistryAccess) -> Result<Self, RegistryError> {
         let plain_http: Vec<String> = plain_http.into_iter().map(Into::into).collect();
+        let extra_root_certificates = access
+            .ca_pem
+            .iter()
+            .map(|pem| oci_client::client::Certificate { encoding: CertificateEncoding::Pem, data: pem.clone() })
+            .collect();
         let config = ClientConfig {
             protocol: ClientProtocol::HttpsExcept(plain_http.clone()),
             use_monolithic_push: true,
             platform_resolver: None,
             connect_timeout: Some(CONNECT_TIMEOUT),
             read_timeout: Some(READ_TIMEOUT),
+            extra_root_certificates,
             ..ClientConfig::default()
         };
         let client = oci_client(config).map_err(|e| RegistryError::Client(Box::new(e)))?;
-        let sessions = Sessions::new(plain_http.clone(), CONNECT_TIMEOUT, READ_TIMEOUT)
+        let sessions = Sessions::new(plain_http.clone(), CONNECT_TIMEOUT, READ_TIMEOUT, access.ca_pem.as_deref())
             .map_err(|e| RegistryError::Client(Box::new(OciDistributionError::RequestError(e))))?;
-        Ok(RegistryClient { client, sessions: Arc::new(sessions), plain_http })
+        let credentials = access.credentials;
+        Ok(RegistryClient { client, sessions: Arc::new(sessions), plain_http, credentials, resolved: Arc::default() })
     }
 
-    /// A client for `repo`: plain HTTP to its registry only when it was spelled with `http://`.
+    /// A client for `repo` as its user reaches it: plain HTTP to its registry only when it was
+    /// spelled with `http://`, with the user's registry credentials and CAs
+    /// ([`RegistryAccess::from_environment`]).
     pub fn for_repository(repo: &Repository) -> Result<Self, RegistryError> {
-        Self::new(repo.plain_http.then(|| repo.registry.clone()))
+        Self::with_access(repo.plain_http.then(|| repo.registry.clone()), RegistryAccess::from_environment()?)
+    }
+
+    /// The credentials for `registry`, read once.
+    fn auth_for(&self, registry: &str) -> Result<RegistryAuth, RegistryError> {
+        let mut resolved = self.resolved.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(auth) = resolved.get(registry) {
+            return Ok(auth.clone());
+        }
+        let auth = self.credentials.for_registry(registry).map_err(RegistryError::Credentials)?;
+        resolved.insert(registry.to_string(), auth.clone());
+        Ok(auth)
+    }
+
+    /// Checks `repo` may be reached, and gives the client its registry's credentials (once
+    /// per registry; anonymous ones are never stored, so open registries are asked `/v2/` once).
+    async fn prepare(&self, repo: &Repository) -> Result<RegistryAuth, RegistryError> {
+        self.check_scheme(repo)?;
+        let auth = self.auth_for(&repo.registry)?;
+        if !matches!(auth, RegistryAuth::Anonymous) {
+            self.client.store_auth_if_needed(&repo.registry, &auth).await;
+        }
+        Ok(auth)
     }
 
     /// Verifies the artifact `artifact_digest` in `layout`, then pushes what travels
@@ -267,7 +342,7 @@ impl RegistryClient {
         repo: &Repository,
         tag: Option<&str>,
     ) -> Result<ArtifactRef, RegistryError> {
-        self.check_scheme(repo)?;
+        self.prepare(repo).await?;
         if let Some(tag) = tag {
             check_tag(tag)?;
         }
@@ -308,7 +383,7 @@ impl RegistryClient {
     /// (and, for a compressed layer, decompressed on the way into the form Hyperlight
     /// loads, checked against the digest and size the pinned manifest records for it).
     pub async fn pull_verified(&self, repo: &Repository, digest: &str, cache: &Cache) -> Result<VerifiedArtifact, RegistryError> {
-        self.check_scheme(repo)?;
+        self.prepare(repo).await?;
         digest_hex(digest).map_err(input_error)?;
         let _writing = cache.write_guard()?;
         let index_op = Op { repo, verb: "pulling", what: "artifact index", digest };
@@ -361,7 +436,7 @@ impl RegistryClient {
     /// with the artifact it seals), by digest and under `tag` if given.
     /// Returns the reference pinned by the manifest's digest.
     pub async fn push_template(&self, sealed: &SealedTemplate, repo: &Repository, tag: Option<&str>) -> Result<ArtifactRef, RegistryError> {
-        self.check_scheme(repo)?;
+        self.prepare(repo).await?;
         if let Some(tag) = tag {
             check_tag(tag)?;
         }
@@ -398,7 +473,7 @@ impl RegistryClient {
     /// Checks `repo`'s registry answers (it is asked whether it holds the empty blob; any
     /// answer will do): an unreachable registry, a refused connection or a TLS mismatch fail.
     pub async fn probe(&self, repo: &Repository) -> Result<(), RegistryError> {
-        self.check_scheme(repo)?;
+        self.prepare(repo).await?;
         self.has_blob(repo, "probe blob", &sha256_digest(EMPTY_JSON)).await.map(|_| ())
     }
 
@@ -407,7 +482,7 @@ impl RegistryClient {
     /// artifact annotation) and its layer stored once its digest checks.
     /// Opening it is [`crate::seal::open_artifact`]'s job.
     pub async fn pull_template(&self, repo: &Repository, digest: &str, cache: &Cache) -> Result<PulledTemplate, RegistryError> {
-        self.check_scheme(repo)?;
+        self.prepare(repo).await?;
         digest_hex(digest).map_err(input_error)?;
         let _writing = cache.write_guard()?;
         let op = Op { repo, verb: "pulling", what: "sealed template manifest", digest };
@@ -518,7 +593,8 @@ impl RegistryClient {
         let bytes = if cache.blob_path(op.digest)?.is_file() {
             cache.read_json(op.digest, op.what)?
         } else {
-            let bytes = match self.sessions.manifest(&self.client, op.repo, op.digest, media_type, MAX_JSON_BYTES).await {
+            let auth = self.auth_for(&op.repo.registry)?;
+            let bytes = match self.sessions.manifest(&self.client, &auth, op.repo, op.digest, media_type, MAX_JSON_BYTES).await {
                 Ok(bytes) => bytes,
                 Err(GetError::Client(e)) => return Err(op.fail(e)),
                 Err(GetError::Oversized(size)) => return Err(op.too_large(size, MAX_JSON_BYTES)),
@@ -689,6 +765,9 @@ impl Op<'_> {
                 let source = Box::new(e);
                 RegistryError::Unreachable { registry: self.repo.registry.clone(), action, detail, source }
             }
+            ref e if is_unauthorized(e) => {
+                RegistryError::Unauthorized { registry: self.repo.registry.clone(), action, detail: e.to_string() }
+            }
             OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
                 RegistryError::DigestMismatch { what: self.what.to_string(), repository, expected, actual }
             }
@@ -789,6 +868,19 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// How many bytes a registry sent, for [`RegistryError::SizeMismatch`].
 fn sent(actual: u64, expected: u64) -> String {
     if actual > expected { format!("more than {expected} bytes") } else { format!("{actual} bytes") }
+}
+
+/// Whether `e` is the registry refusing the request's credentials (401, 403, or a failed token exchange).
+fn is_unauthorized(e: &OciDistributionError) -> bool {
+    match e {
+        OciDistributionError::AuthenticationFailure(_) | OciDistributionError::UnauthorizedError { .. } => true,
+        OciDistributionError::ServerError { code, .. } => matches!(code, 401 | 403),
+        OciDistributionError::RequestError(r) => r.status().is_some_and(|s| matches!(s.as_u16(), 401 | 403)),
+        OciDistributionError::RegistryError { envelope, .. } => {
+            envelope.errors.iter().any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied))
+        }
+        _ => false,
+    }
 }
 
 fn is_not_found(e: &OciDistributionError) -> bool {

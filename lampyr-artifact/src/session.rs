@@ -1,7 +1,8 @@
 //! A client's standing with each registry: `/v2/` asked once per registry (not before
-//! every request, as oci-client does once any credentials are stored for it), an
-//! anonymous pull token fetched once per repository where the registry asks for one,
-//! and manifest GETs bounded while they download.
+//! every request, as oci-client does once any credentials are stored for it), a pull
+//! token (anonymous, or for the client's credentials) fetched once per repository where
+//! the registry asks for one, basic credentials sent where it asks for those, and
+//! manifest GETs bounded while they download.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -54,8 +55,12 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     /// Sessions over HTTPS except to the registries in `plain_http`.
-    pub(crate) fn new(plain_http: Vec<String>, connect: Duration, read: Duration) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder().connect_timeout(connect).read_timeout(read).build()?;
+    pub(crate) fn new(plain_http: Vec<String>, connect: Duration, read: Duration, ca_pem: Option<&[u8]>) -> Result<Self, reqwest::Error> {
+        let mut builder = reqwest::Client::builder().connect_timeout(connect).read_timeout(read);
+        if let Some(pem) = ca_pem {
+            builder = builder.tls_certs_merge(reqwest::Certificate::from_pem_bundle(pem)?);
+        }
+        let http = builder.build()?;
         Ok(Sessions { http, plain_http, access: Mutex::default(), tokens: Mutex::default() })
     }
 
@@ -63,6 +68,7 @@ impl Sessions {
     pub(crate) async fn manifest(
         &self,
         client: &oci_client::Client,
+        auth: &RegistryAuth,
         repo: &Repository,
         digest: &str,
         media_type: &str,
@@ -70,8 +76,15 @@ impl Sessions {
     ) -> Result<Vec<u8>, GetError> {
         let url = format!("{}/v2/{}/manifests/{digest}", self.base(&repo.registry), repo.path);
         let mut request = self.http.get(&url).header(reqwest::header::ACCEPT, media_type);
-        if let Some(token) = self.token(client, repo, digest).await? {
-            request = request.bearer_auth(token);
+        match self.token(client, auth, repo, digest).await? {
+            Some(token) => request = request.bearer_auth(token),
+            // A registry that asks for basic authentication gets the credentials themselves.
+            None if self.access(&repo.registry).await? == Access::Token => {
+                if let RegistryAuth::Basic(user, password) = auth {
+                    request = request.basic_auth(user, Some(password));
+                }
+            }
+            None => {}
         }
         let response = request.send().await?;
         let status = response.status();
@@ -94,8 +107,14 @@ impl Sessions {
         Ok(body)
     }
 
-    /// The bearer token for pulling from `repo`, when its registry asks for one.
-    async fn token(&self, client: &oci_client::Client, repo: &Repository, digest: &str) -> Result<Option<String>, GetError> {
+    /// The bearer token for pulling from `repo` as `auth`, when its registry asks for one.
+    async fn token(
+        &self,
+        client: &oci_client::Client,
+        auth: &RegistryAuth,
+        repo: &Repository,
+        digest: &str,
+    ) -> Result<Option<String>, GetError> {
         if self.access(&repo.registry).await? == Access::Open {
             return Ok(None);
         }
@@ -104,9 +123,9 @@ impl Sessions {
             return Ok(Some(token.clone()));
         }
         let reference = Reference::with_digest(repo.registry.clone(), repo.path.clone(), digest.to_string());
-        // Stores the (anonymous) credentials in oci-client too, whose blob requests then
-        // carry its own cached token for this repository.
-        let token = client.auth(&reference, &RegistryAuth::Anonymous, RegistryOperation::Pull).await.map_err(GetError::Client)?;
+        // Stores the credentials in oci-client too, whose blob requests then carry its own
+        // cached token for this repository (none for a registry that asks for basic auth).
+        let token = client.auth(&reference, auth, RegistryOperation::Pull).await.map_err(GetError::Client)?;
         if let Some(token) = &token {
             lock(&self.tokens).insert(key, (Instant::now(), token.clone()));
         }

@@ -97,3 +97,48 @@ fn bad_references_and_inputs_say_what_is_wrong() {
     assert_eq!(not_layout.status.code(), Some(1));
     assert!(stderr(&not_layout).contains("oci-layout"), "names the missing file: {}", stderr(&not_layout));
 }
+
+#[test]
+fn push_and_pull_a_private_registry_with_the_users_docker_login_and_ca() {
+    require_kvm();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = tmp.path().join("cache");
+    let layout = tmp.path().join("echo");
+    let echo = repo_root().join("examples/echo");
+    let built = ly(&["snapshot", "build", echo.to_str().expect("utf-8"), "--output", layout.to_str().expect("utf-8")], &cache);
+    assert!(built.status.success(), "{}", stderr(&built));
+
+    let ca = lampyr_testenv::tls::TestCa::new("private registry CA").expect("a CA");
+    let registry = TestRegistry::start_secured(&ca.issue(&["127.0.0.1"]).expect("a certificate"), "dev", "pa55word");
+    let ca_file = tmp.path().join("registry-ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write CA");
+    // What `docker login 127.0.0.1:PORT` writes, in a config directory of the test's own.
+    let login = |password: &str| {
+        let dir = tmp.path().join(format!("docker-{password}"));
+        std::fs::create_dir_all(&dir).expect("docker config dir");
+        let auth = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("dev:{password}"));
+        let config = serde_json::json!({"auths": {registry.host(): {"auth": auth}}});
+        std::fs::write(dir.join("config.json"), config.to_string()).expect("write config.json");
+        dir
+    };
+    let ly_as = |docker_config: &std::path::Path, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ly"))
+            .args(args)
+            .env("LAMPYR_CACHE_DIR", &cache)
+            .env("DOCKER_CONFIG", docker_config)
+            .env("LAMPYR_REGISTRY_CA", &ca_file)
+            .output()
+            .expect("ly runs")
+    };
+    let repo = format!("{}/team/echo", registry.host());
+    let refused = ly_as(&login("wrong"), &["snapshot", "push", layout.to_str().expect("utf-8"), &repo]);
+    assert!(!refused.status.success(), "a wrong password must fail the push");
+    assert!(stderr(&refused).contains("docker login"), "says what to do: {}", stderr(&refused));
+
+    let right = login("pa55word");
+    let pushed = ly_as(&right, &["snapshot", "push", layout.to_str().expect("utf-8"), &repo]);
+    assert!(pushed.status.success(), "{}", stderr(&pushed));
+    let reference = stdout(&pushed);
+    let inspected = ly_as(&right, &["snapshot", "inspect", "--json", &reference]);
+    assert!(inspected.status.success(), "pulled back with the same login: {}", stderr(&inspected));
+}

@@ -15,7 +15,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(15);
 const START_ATTEMPTS: usize = 3;
 
 /// A running `docker-registry` serving plain HTTP on `127.0.0.1:PORT` (or on a node's
-/// address, [`TestRegistry::start_in`]); killed on drop, and by the kernel when the test
+/// address, [`TestRegistry::start_in`]; or HTTPS behind a login, [`TestRegistry::start_secured`]); killed on drop, and by the kernel when the test
 /// process ends (a registry in a `static` is never dropped).
 pub struct TestRegistry {
     child: Process,
@@ -43,6 +43,39 @@ impl TestRegistry {
             }
         }
         panic!("docker-registry could not bind a free loopback port after {START_ATTEMPTS} attempts:\n{last_log}")
+    }
+
+    /// Starts a registry on a free loopback port that serves HTTPS with `certificate` (issued
+    /// for `127.0.0.1`) and lets in only `user` with `password` (htpasswd, bcrypt), and waits
+    /// until it accepts connections.
+    ///
+    /// Panics, with the registry's log, when it cannot be started.
+    pub fn start_secured(certificate: &crate::tls::ServingCertificate, user: &str, password: &str) -> Self {
+        assert!(Path::new(BINARY).is_file(), "docker-registry not found: run scripts/setup (installs Debian's docker-registry)");
+        let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
+        let hash = bcrypt::hash_with_result(password, 5).expect("a bcrypt hash").format_for_version(bcrypt::Version::TwoY);
+        let (htpasswd, cert, key) = (dir.path().join("htpasswd"), dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        fs::write(&htpasswd, format!("{user}:{hash}\n")).expect("write htpasswd");
+        fs::write(&cert, &certificate.cert_pem).expect("write certificate");
+        fs::write(&key, &certificate.key_pem).expect("write key");
+        let secured = format!(
+            "  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: lampyr-test\n    path: {}\n",
+            cert.display(),
+            key.display(),
+            htpasswd.display()
+        );
+        let addr = free_loopback_addr();
+        let child = spawn_with(dir.path(), addr, None, &secured);
+        let mut registry = TestRegistry { child, addr, dir };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Err(log) = registry.child.check_running() {
+                panic!("docker-registry on {addr} exited:\n{log}");
+            }
+            assert!(Instant::now() < deadline, "docker-registry on {addr} did not listen within {READY_TIMEOUT:?}:\n{}", registry.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        registry
     }
 
     /// Starts a registry on `port` of `placement`'s address, inside its network namespace
@@ -107,11 +140,16 @@ fn free_loopback_addr() -> SocketAddr {
 }
 
 fn spawn(dir: &Path, addr: SocketAddr, placement: Option<&Placement>) -> Process {
+    spawn_with(dir, addr, placement, "")
+}
+
+/// Starts the registry with `more` appended to its configuration (after `http.addr`).
+fn spawn_with(dir: &Path, addr: SocketAddr, placement: Option<&Placement>, more: &str) -> Process {
     let storage = dir.join("storage");
     fs::create_dir_all(&storage).expect("registry storage dir");
     let config = dir.join("config.yml");
     let yaml = format!(
-        "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+        "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n{more}",
         storage.display()
     );
     fs::write(&config, yaml).expect("write registry config");

@@ -105,9 +105,12 @@ impl ArtifactProblem {
     fn from_registry(err: RegistryError) -> Self {
         let text = err.to_string();
         match err {
-            RegistryError::Unreachable { .. } | RegistryError::Registry { .. } | RegistryError::Interrupted { .. } => {
-                ArtifactProblem::Unreachable(text)
-            }
+            // Refused credentials are retried like an unreachable registry: they may be fixed.
+            RegistryError::Unreachable { .. }
+            | RegistryError::Registry { .. }
+            | RegistryError::Interrupted { .. }
+            | RegistryError::Unauthorized { .. }
+            | RegistryError::Credentials(_) => ArtifactProblem::Unreachable(text),
             RegistryError::NotFound { .. } => ArtifactProblem::NotFound(text),
             RegistryError::DigestMismatch { .. } | RegistryError::SizeMismatch { .. } | RegistryError::Unpacked { .. } => {
                 ArtifactProblem::Tampered(text)
