@@ -209,13 +209,23 @@ impl FiberPool {
         let (head_tx, head_rx) = oneshot::channel();
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, head_tx, done_tx));
-        if let Ok(StreamHead { head, chunks }) = head_rx.await {
-            let timings = Arc::new(OnceLock::new());
-            let end = Arc::clone(&self.inner).stream_end(done_rx, watchdog, dispatched, Arc::clone(&timings));
-            let head_timings = CallTimings { guest: Duration::ZERO, host: dispatched.elapsed() };
-            return Ok((Answer::Streamed { head, body: StreamedBody { stream: ResponseStream::new(chunks, end), timings } }, head_timings));
-        }
-        let result = done_rx.await;
+        let mut done_rx = done_rx;
+        // Whichever comes first: the whole answer, or a streamed head.
+        let result = tokio::select! {
+            biased;
+            done = &mut done_rx => done,
+            head = head_rx => match head {
+                Ok(StreamHead { head, chunks }) => {
+                    let timings = Arc::new(OnceLock::new());
+                    let end = Arc::clone(&self.inner).stream_end(done_rx, watchdog, dispatched, Arc::clone(&timings));
+                    let head_timings = CallTimings { guest: Duration::ZERO, host: dispatched.elapsed() };
+                    let body = StreamedBody { stream: ResponseStream::new(chunks, end), timings };
+                    return Ok((Answer::Streamed { head, body }, head_timings));
+                }
+                // No head: the call ended, and its answer is on its way.
+                Err(_) => done_rx.await,
+            },
+        };
         watchdog.disarm();
         let (outcome, guest_time) = result.map_err(|_| thread_ended())?;
         let timings = CallTimings { guest: guest_time, host: dispatched.elapsed().saturating_sub(guest_time) };
@@ -325,11 +335,12 @@ impl PoolInner {
         };
         state.mark_returned();
         let outcome = streamed_outcome(outcome, &sink, self.template.response_limits().max_body);
-        // Closes the streamed body's chunks (the client then waits for `answer`).
-        drop(sink);
         let malformed = matches!(outcome, CallOutcome::BadResponse(_));
-        // Answer first: the restore is off the response's path.
+        // Answer first: the restore is off the response's path. The answer goes before the
+        // sink closes, so a caller waiting for either wakes once.
         let _ = answer.send((outcome, guest_time));
+        // Closes a streamed body's chunks; its reader then takes the answer.
+        drop(sink);
         let kept = match fiber.recycle(&self.template, malformed) {
             Disposition::Reuse => {
                 self.metrics.restores.inc();
