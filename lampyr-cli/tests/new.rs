@@ -147,3 +147,26 @@ fn a_name_that_cannot_be_a_service_is_refused_and_nothing_is_written() {
     assert!(text(&out).contains("\"My_Shop\" cannot name a service"), "{}", text(&out));
     assert_eq!(std::fs::read_dir(parent.path()).expect("the parent").count(), 0, "nothing was created");
 }
+
+#[test]
+fn ly_call_exits_1_for_a_5xx_and_still_prints_the_answer() {
+    let panicking = lampyr_testenv::test_guest_artifact("panic", 1024 * 1024);
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let service = format!(
+        "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: crashy\nspec:\n  template:\n    metadata:\n      \
+         annotations:\n        lampyr.dev/snapshot-artifact: {}@{}\n    spec:\n      containers:\n        - image: crashy\n",
+        panicking.layout.display(),
+        panicking.digest
+    );
+    std::fs::write(dir.path().join("service.yaml"), service).expect("write service.yaml");
+    let called = ly().arg("call").arg("-i").arg(dir.path()).arg("/panic").output().expect("ly runs");
+    assert_eq!(called.status.code(), Some(1), "a 502 from the fiber fails the command:\n{}", text(&called));
+    let out = String::from_utf8_lossy(&called.stdout).to_ascii_lowercase();
+    assert!(out.starts_with("502 bad gateway\n") && out.contains("the guest crashed"), "the answer is printed: {}", text(&called));
+    let fine = ly().arg("call").arg(dir.path()).arg("/").output().expect("ly runs");
+    assert!(fine.status.success(), "{}", text(&fine));
+    assert_eq!(String::from_utf8_lossy(&fine.stdout), "still alive\n");
+    let elf = ly().arg("call").arg(lampyr_testenv::test_guest_elf("panic")).arg("/").output().expect("ly runs");
+    assert_eq!(elf.status.code(), Some(2), "{}", text(&elf));
+    assert!(text(&elf).contains("is not a Service YAML"), "a guest ELF given as the manifest is named as such: {}", text(&elf));
+}

@@ -68,7 +68,15 @@ fn directory_of(path: &Path) -> PathBuf {
 
 /// Reads and parses every document of `manifest`; refuses a manifest without a Service.
 pub fn read_manifest(manifest: &Path) -> Result<ManifestContents, CliError> {
-    let text = std::fs::read_to_string(manifest).map_err(|e| CliError::Usage(format!("{}: {e}", manifest.display())))?;
+    let bytes = std::fs::read(manifest).map_err(|e| CliError::Usage(format!("{}: {e}", manifest.display())))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let what = if e.as_bytes().starts_with(b"\x7fELF") { "a program (ELF)" } else { "not text" };
+        CliError::Usage(format!(
+            "{} is not a Service YAML: it is {what}. Give a Service YAML, or a directory with service.yaml (and the guest crate \
+             beside it); to serve a built guest, pin its snapshot with the lampyr.dev/snapshot-artifact annotation",
+            manifest.display()
+        ))
+    })?;
     let docs = parse_manifests(&text, &manifest.display().to_string())?;
     let raw = raw_documents(&text, manifest)?;
     let mut contents = ManifestContents::default();
