@@ -105,7 +105,7 @@ pub fn resolve(reference: &str, ui: &mut Ui) -> Result<VerifiedArtifact, CliErro
         ArtifactRef::Registry { repository, digest } => {
             let cache = Cache::new(Cache::default_location()?);
             let client = RegistryClient::for_repository(&repository)?;
-            super::source::hold_lease(cache.lease(&digest)?);
+            super::source::hold_lease(digest.clone(), cache.lease(&digest)?);
             let pulling = format!("pulling {repository}@{digest} into {}", cache.root().display());
             let pulled = ui.timed(pulling, || block_on(client.pull_verified(&repository, &digest, &cache)))??;
             super::cache::prune_to_limit(&cache, ui)?;

@@ -127,7 +127,7 @@ pub fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui
     let elf = resolve_guest(guest, None, ui)?;
     let out = build_dir(guest)?;
     let cache = lampyr_artifact::cache::Cache::new(lampyr_artifact::cache::Cache::default_location()?);
-    hold_lease(cache.lease_build(&out)?);
+    hold_lease(out.display().to_string(), cache.lease_build(&out)?);
     let opts = BuildOptions { heap_size: policy.memory_bytes, ..BuildOptions::default() };
     let artifact = match reusable_artifact(&elf, &out, &opts) {
         Some(unchanged) => {
@@ -140,10 +140,14 @@ pub fn artifact_for(source: &Source, service: &Service, policy: &FiberPolicy, ui
     Ok(artifact)
 }
 
-/// Keeps `lease` until this process exits: what `ly run` serves stays in the cache.
-pub fn hold_lease(lease: lampyr_artifact::evict::Lease) {
-    static HELD: std::sync::Mutex<Vec<lampyr_artifact::evict::Lease>> = std::sync::Mutex::new(Vec::new());
-    HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(lease);
+/// Keeps `lease` on the cache entry `entry` until this process exits: what `ly run` serves
+/// stays in the cache. One lease per entry: a rebuild under `ly run --watch` replaces the
+/// entry's lease rather than opening another file.
+pub fn hold_lease(entry: impl Into<String>, lease: lampyr_artifact::evict::Lease) {
+    type Held = std::collections::HashMap<String, lampyr_artifact::evict::Lease>;
+    static HELD: std::sync::Mutex<Option<Held>> = std::sync::Mutex::new(None);
+    let mut held = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    held.get_or_insert_with(Held::new).insert(entry.into(), lease);
 }
 
 /// Builds the artifact in a staging directory beside `out`, then moves it into place,
@@ -196,6 +200,21 @@ fn build_dir(guest: &Path) -> Result<PathBuf, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holding_an_entrys_lease_again_replaces_it_instead_of_opening_more_files() {
+        let open_files = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).expect("/proc/self/fd");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = lampyr_artifact::cache::Cache::new(dir.path());
+        let build = dir.path().join("run").join("hello");
+        hold_lease("rebuilt", cache.lease_build(&build).expect("a lease"));
+        let before = open_files();
+        for _ in 0..20 {
+            hold_lease("rebuilt", cache.lease_build(&build).expect("a lease"));
+        }
+        // Other tests of this process may open files meanwhile; 20 leases held would be 20 more.
+        assert!(open_files() < before + 10, "each rebuild's lease replaced the last: {before} then {}", open_files());
+    }
 
     #[test]
     fn a_bare_file_name_is_in_the_current_directory() {
