@@ -209,6 +209,12 @@ pub struct HomeSpec {
     /// The fiber policy translated from the Revision (scaling, timeouts, memory, env), which fiberd and fiber-router apply.
     #[serde(default)]
     pub policy: FiberPolicy,
+    /// Pull Secrets in this Home's namespace (the Revision's imagePullSecrets) fiberd pulls spec.artifact with, before those of its ServiceAccount.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<String>,
+    /// The Revision's serviceAccountName, whose imagePullSecrets fiberd pulls spec.artifact with too; `default` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
 }
 
 /// What fiberd instances report for this Home: conditions and warm fibers per instance.

@@ -24,6 +24,14 @@ pub enum CredentialError {
         /// What is wrong with them.
         detail: String,
     },
+    /// A pull Secret does not hold a Docker config.
+    #[error("pull Secret {secret} cannot be used: {detail}")]
+    PullSecret {
+        /// The Secret, `namespace/name`.
+        secret: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The CA file cannot be read or holds no certificate.
     #[error("cannot use {} as registry certificate authorities ({CA_FILE_ENV}): {detail}", path.display())]
     CaFile {
@@ -69,6 +77,55 @@ impl Credentials {
             Err(CredentialRetrievalError::NoCredentialConfigured) => Ok(RegistryAuth::Anonymous),
             Err(e) => Err(unusable(e.to_string())),
         }
+    }
+}
+
+/// How a Kubernetes pull Secret holds its Docker config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullSecretFormat {
+    /// `kubernetes.io/dockerconfigjson`: a `config.json` document under `.dockerconfigjson`.
+    ConfigJson,
+    /// `kubernetes.io/dockercfg`: the older `~/.dockercfg`, just the `auths` map, under `.dockercfg`.
+    Dockercfg,
+}
+
+/// One pull Secret's content, for [`Credentials::from_pull_secrets`].
+#[derive(Clone, Copy, Debug)]
+pub struct PullSecret<'a> {
+    /// The Secret, `namespace/name`, for messages.
+    pub name: &'a str,
+    /// How it holds its config.
+    pub format: PullSecretFormat,
+    /// The config's bytes.
+    pub data: &'a [u8],
+}
+
+impl Credentials {
+    /// The credentials of a workload's pull Secrets taken together: for each registry, the
+    /// first Secret that names it (the order a kubelet tries a Pod's). Anonymous when there
+    /// are none.
+    pub fn from_pull_secrets(secrets: &[PullSecret<'_>]) -> Result<Credentials, CredentialError> {
+        if secrets.is_empty() {
+            return Ok(Credentials::Anonymous);
+        }
+        let mut auths = serde_json::Map::new();
+        for secret in secrets {
+            let unusable = |detail: String| CredentialError::PullSecret { secret: secret.name.to_string(), detail };
+            let document: serde_json::Value =
+                serde_json::from_slice(secret.data).map_err(|e| unusable(format!("it is not a Docker config (JSON): {e}")))?;
+            let entries = match secret.format {
+                PullSecretFormat::ConfigJson => document.get("auths").cloned().unwrap_or_else(|| serde_json::json!({})),
+                PullSecretFormat::Dockercfg => document,
+            };
+            let serde_json::Value::Object(entries) = entries else {
+                return Err(unusable("its registries (`auths`) are not a JSON object".into()));
+            };
+            for (registry, entry) in entries {
+                auths.entry(registry).or_insert(entry);
+            }
+        }
+        let merged = serde_json::to_vec(&serde_json::json!({ "auths": auths })).unwrap_or_default();
+        Ok(Credentials::ConfigJson(Arc::new(merged)))
     }
 }
 
@@ -118,6 +175,35 @@ mod tests {
         assert!(message.contains("registry.example") && message.contains("docker login"), "{message}");
         let token = config(r#"{"auths": {"registry.example": {"identitytoken": "t"}}}"#);
         assert!(token.for_registry("registry.example").expect_err("unsupported").to_string().contains("identity token"));
+    }
+
+    #[test]
+    fn pull_secrets_combine_and_the_first_naming_a_registry_wins() {
+        // "alice:s3cret", "bob:other"
+        let first = br#"{"auths": {"a.example": {"auth": "YWxpY2U6czNjcmV0"}}}"#;
+        let legacy = br#"{"a.example": {"auth": "Ym9iOm90aGVy"}, "b.example": {"auth": "Ym9iOm90aGVy"}}"#;
+        let secrets = [
+            PullSecret { name: "ns/first", format: PullSecretFormat::ConfigJson, data: first },
+            PullSecret { name: "ns/legacy", format: PullSecretFormat::Dockercfg, data: legacy },
+        ];
+        let creds = Credentials::from_pull_secrets(&secrets).expect("usable");
+        let user = |registry: &str| match creds.for_registry(registry).expect("resolves") {
+            RegistryAuth::Basic(user, _) => user,
+            other => panic!("expected basic credentials for {registry}, got {other:?}"),
+        };
+        assert_eq!(user("a.example"), "alice", "the first Secret naming a registry wins");
+        assert_eq!(user("b.example"), "bob", "a later Secret adds registries");
+        assert!(matches!(creds.for_registry("c.example"), Ok(RegistryAuth::Anonymous)));
+        assert!(matches!(Credentials::from_pull_secrets(&[]), Ok(Credentials::Anonymous)));
+    }
+
+    #[test]
+    fn a_pull_secret_that_is_not_a_docker_config_is_named() {
+        let bad = [PullSecret { name: "ns/regcred", format: PullSecretFormat::ConfigJson, data: b"user=alice" }];
+        let message = Credentials::from_pull_secrets(&bad).expect_err("not JSON").to_string();
+        assert!(message.contains("ns/regcred") && message.contains("Docker config"), "{message}");
+        let list = [PullSecret { name: "ns/list", format: PullSecretFormat::Dockercfg, data: b"[1]" }];
+        assert!(Credentials::from_pull_secrets(&list).expect_err("not a map").to_string().contains("ns/list"));
     }
 
     #[test]

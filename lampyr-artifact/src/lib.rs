@@ -13,6 +13,7 @@ pub mod evict;
 pub mod layout;
 pub mod pack;
 pub mod platform;
+pub mod readers;
 pub mod reference;
 pub mod registry;
 pub mod seal;

@@ -26,6 +26,7 @@ use crate::cache::{Cache, CacheError, PendingBlob};
 use crate::credentials::{CredentialError, Credentials};
 use crate::layout::{self, MAX_JSON_BYTES, digest_hex, sha256_digest};
 use crate::pack::{Unpacker, check_unpacked};
+use crate::readers::{ProvenReaders, Reader};
 use crate::reference::Repository;
 use crate::seal::{ARTIFACT_ANNOTATION, MAX_SEALED_BYTES, MT_SEALED_LAYER, MT_TEMPLATE, SealedTemplate};
 use crate::session::{GetError, Sessions};
@@ -81,7 +82,8 @@ pub enum RegistryError {
     /// The registry refused the client's credentials (or its lack of them).
     #[error(
         "{registry} refused {action}: {detail} (its credentials are missing or wrong: \
-         `docker login {registry}` for ly; nothing was changed there)"
+         `docker login {registry}` for ly; in a cluster, a pull Secret in the Revision's \
+         imagePullSecrets or its ServiceAccount's; nothing was changed there)"
     )]
     Unauthorized {
         /// The registry.
@@ -429,6 +431,45 @@ impl RegistryClient {
         let hashed: HashSet<String> = fetched.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect();
         let layout = cache.materialise(digest)?;
         verify_fresh_layout(&layout, Some(digest), &hashed).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))
+    }
+
+    /// Who this client is to `registry`: the reader its credentials make it.
+    pub fn reader(&self, registry: &str) -> Result<Reader, RegistryError> {
+        Ok(Reader::of(&self.auth_for(registry)?))
+    }
+
+    /// Asks `repo` for artifact `digest`'s index with this client's credentials, to show
+    /// they may read it before a copy another reader cached is used.
+    pub async fn check_readable(&self, repo: &Repository, digest: &str) -> Result<(), RegistryError> {
+        let auth = self.prepare(repo).await?;
+        digest_hex(digest).map_err(input_error)?;
+        let op = Op { repo, verb: "checking access to", what: "artifact index", digest };
+        let bytes = match self.sessions.manifest(&self.client, &auth, repo, digest, MT_INDEX, MAX_JSON_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(GetError::Client(e)) => return Err(op.fail(e)),
+            Err(GetError::Oversized(size)) => return Err(op.too_large(size, MAX_JSON_BYTES)),
+        };
+        op.check_received(&bytes, MAX_JSON_BYTES)
+    }
+
+    /// [`RegistryClient::pull_verified`] for a cache that readers with other credentials
+    /// share: a cached copy is used only once the registry gave this client's reader the
+    /// artifact (now, or earlier in this process as `readers` records), or gave it to anyone.
+    pub async fn pull_verified_as_reader(
+        &self,
+        repo: &Repository,
+        digest: &str,
+        cache: &Cache,
+        readers: &ProvenReaders,
+    ) -> Result<VerifiedArtifact, RegistryError> {
+        let reader = self.reader(&repo.registry)?;
+        digest_hex(digest).map_err(input_error)?;
+        if !readers.may_read(repo, digest, &reader) && cache.blob_path(digest)?.is_file() {
+            self.check_readable(repo, digest).await?;
+        }
+        let verified = self.pull_verified(repo, digest, cache).await?;
+        readers.record(repo, digest, reader);
+        Ok(verified)
     }
 
     /// Pushes the sealed template `sealed` to `repo` as an OCI manifest

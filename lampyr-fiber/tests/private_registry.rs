@@ -6,13 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use base64::Engine as _;
 use lampyr_artifact::cache::Cache;
 use lampyr_artifact::credentials::Credentials;
 use lampyr_artifact::reference::Repository;
 use lampyr_artifact::registry::{RegistryAccess, RegistryClient, RegistryError};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
-use lampyr_testenv::tls::TestCa;
 use lampyr_testenv::{TestRegistry, example_elf, require_kvm};
 
 const USER: &str = "lampyr";
@@ -30,18 +28,9 @@ fn hello() -> &'static (PathBuf, String) {
     })
 }
 
-/// A registry behind a login, with the CA its certificate chains to.
-fn private_registry() -> (TestRegistry, String) {
-    let ca = TestCa::new("lampyr private registry CA").expect("a CA");
-    let certificate = ca.issue(&["127.0.0.1"]).expect("a serving certificate");
-    (TestRegistry::start_secured(&certificate, USER, PASSWORD), ca.pem().to_string())
-}
-
 /// A Docker config logging `user` in to `registry` with `password`.
 fn docker_config(registry: &str, user: &str, password: &str) -> Credentials {
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    let json = serde_json::json!({"auths": {registry: {"auth": auth}}});
-    Credentials::ConfigJson(Arc::new(serde_json::to_vec(&json).expect("json")))
+    Credentials::ConfigJson(Arc::new(lampyr_testenv::registry::docker_config(registry, user, password)))
 }
 
 fn client(credentials: Credentials, ca: Option<&str>) -> RegistryClient {
@@ -52,7 +41,7 @@ fn client(credentials: Credentials, ca: Option<&str>) -> RegistryClient {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_users_credentials_and_ca_push_and_pull_and_anything_less_is_refused_clearly() {
     let (layout, digest) = hello();
-    let (registry, ca) = private_registry();
+    let (registry, ca) = TestRegistry::start_private(USER, PASSWORD);
     let repo = Repository::parse(&format!("{}/team/hello", registry.host())).expect("an HTTPS repository");
 
     let wrong = client(docker_config(&registry.host(), USER, "not-the-password"), Some(&ca));

@@ -83,6 +83,8 @@ pub struct FiberdConfig {
     pub advertise: Option<String>,
     /// Registries (`host[:port]`) reached over plain HTTP; every other over HTTPS.
     pub plain_http_registries: Vec<String>,
+    /// PEM certificate authorities registries may be signed by, besides the system's.
+    pub registry_ca: Option<Vec<u8>>,
     /// Repositories sealed templates may be pulled from (the GrantPolicies' `zygoteRegistries`):
     /// a template is admitted when one is its repository or above it. Empty: any repository.
     pub template_repositories: Vec<Repository>,
@@ -136,6 +138,7 @@ impl FiberdConfig {
             namespace: None,
             advertise: None,
             plain_http_registries: Vec::new(),
+            registry_ca: None,
             template_repositories: Vec::new(),
             cache_dir: cache_dir.into(),
             cache_max_bytes: lampyr_artifact::evict::DEFAULT_MAX_BYTES,

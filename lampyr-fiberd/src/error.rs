@@ -93,6 +93,9 @@ pub enum LoadError {
         /// Why it failed.
         source: Box<RegistryError>,
     },
+    /// The Home's pull Secrets or ServiceAccount cannot be read or used (retried with backoff).
+    #[error("registry credentials: {0}")]
+    PullCredentials(#[source] lampyr_process::pull_secrets::PullCredentialsError),
     /// An environment reference (ConfigMap or Secret) cannot be resolved (retried with backoff).
     #[error("environment: {0}")]
     Env(String),

@@ -38,7 +38,9 @@ use kube::Client;
 use kube::api::Api;
 use lampyr_api::Home;
 use lampyr_artifact::cache::Cache;
-use lampyr_artifact::registry::RegistryClient;
+use lampyr_artifact::credentials::Credentials;
+use lampyr_artifact::readers::ProvenReaders;
+use lampyr_artifact::registry::{RegistryAccess, RegistryClient};
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_router::{Router, RouterConfig};
 use prometheus_client::registry::Registry;
@@ -77,7 +79,8 @@ pub async fn run(
         }
         None => local.to_string(),
     };
-    let registry = RegistryClient::new(config.plain_http_registries.clone())?;
+    let access = RegistryAccess { credentials: Credentials::Anonymous, ca_pem: config.registry_ca.clone() };
+    let registry = RegistryClient::with_access(config.plain_http_registries.clone(), access)?;
     let mut metrics_registry = Registry::default();
     let metrics = RuntimeMetrics::default();
     metrics.register(&mut metrics_registry);
@@ -89,6 +92,9 @@ pub async fn run(
     let loader = load::Loader {
         client: client.clone(),
         registry,
+        readers: ProvenReaders::default(),
+        plain_http_registries: config.plain_http_registries.clone(),
+        registry_ca: config.registry_ca.clone(),
         cache: Cache::new(&config.cache_dir),
         cache_max_bytes: config.cache_max_bytes,
         fleet_key: config.fleet_key.clone(),

@@ -9,14 +9,17 @@ use kube::Client;
 use kube::api::Api;
 use lampyr_api::{Home, HomeSpec};
 use lampyr_artifact::cache::Cache;
+use lampyr_artifact::credentials::Credentials;
 use lampyr_artifact::evict::Lease;
+use lampyr_artifact::readers::ProvenReaders;
 use lampyr_artifact::reference::Repository;
-use lampyr_artifact::registry::RegistryClient;
+use lampyr_artifact::registry::{RegistryAccess, RegistryClient};
 use lampyr_artifact::seal::{FleetKey, open_artifact};
 use lampyr_artifact::{ArtifactRef, VerifiedArtifact};
 use lampyr_fiber::LocalBackend;
 use lampyr_fiber::metrics::RuntimeMetrics;
 use lampyr_fiber::runtime::{Capacity, check_ready, revision_pool};
+use lampyr_process::pull_secrets::pull_credentials;
 use lampyr_router::ScalerConfig;
 
 use tokio::sync::watch;
@@ -28,7 +31,14 @@ use crate::share::{InstanceShare, NoShare};
 /// Everything a load needs; shared by every Home's supervisor.
 pub(crate) struct Loader {
     pub(crate) client: Client,
+    /// The anonymous client: sealed templates, and artifacts the registry gives anyone.
     pub(crate) registry: RegistryClient,
+    /// Which credentials the registries gave which artifacts, so a cached copy is not
+    /// handed to a Home whose credentials may not read it.
+    pub(crate) readers: ProvenReaders,
+    /// What a Home's own client is made with, besides its credentials.
+    pub(crate) plain_http_registries: Vec<String>,
+    pub(crate) registry_ca: Option<Vec<u8>>,
     pub(crate) cache: Cache,
     /// Bytes the cache may hold beyond what loaded Homes lease.
     pub(crate) cache_max_bytes: u64,
@@ -59,11 +69,7 @@ impl Loader {
         let lease = self.cache.lease(&digest)?;
         let artifact = match &spec.sealed_template {
             Some(template) => self.open_sealed(template, &digest).await?,
-            None => self
-                .registry
-                .pull_verified(&repo, &digest, &self.cache)
-                .await
-                .map_err(|e| LoadError::Pull { reference: spec.artifact.clone(), source: Box::new(e) })?,
+            None => self.pull_artifact(home, &repo, &digest).await?,
         };
         tracing::info!(home = %key_of(home), artifact = %artifact.digest, "verified; loading the template");
         let fiber_memory = fiber_memory(spec, artifact.sizes.memory);
@@ -84,6 +90,32 @@ impl Loader {
         let backend = LocalBackend::start(pool, policy.scaling, self.scaler.clone()).await.map_err(LoadError::Start)?;
         self.prune_cache();
         Ok((backend, lease))
+    }
+
+    /// Pulls and verifies the Home's artifact as its pull credentials allow: anonymously once
+    /// the registry gave it to anyone, else with its pull Secrets and its ServiceAccount's,
+    /// asking the registry before a copy another Home's credentials cached is used.
+    async fn pull_artifact(&self, home: &Home, repo: &Repository, digest: &str) -> Result<VerifiedArtifact, LoadError> {
+        let client = if self.readers.is_public(repo, digest) { self.registry.clone() } else { self.client_for(home).await? };
+        client
+            .pull_verified_as_reader(repo, digest, &self.cache, &self.readers)
+            .await
+            .map_err(|e| LoadError::Pull { reference: home.spec.artifact.clone(), source: Box::new(e) })
+    }
+
+    /// A registry client with the Home's pull credentials (the anonymous one when it has none).
+    async fn client_for(&self, home: &Home) -> Result<RegistryClient, LoadError> {
+        let namespace = home.metadata.namespace.clone().unwrap_or_default();
+        let spec = &home.spec;
+        let credentials = pull_credentials(&self.client, &namespace, &spec.image_pull_secrets, spec.service_account_name.as_deref())
+            .await
+            .map_err(LoadError::PullCredentials)?;
+        if matches!(credentials, Credentials::Anonymous) {
+            return Ok(self.registry.clone());
+        }
+        let access = RegistryAccess { credentials, ca_pem: self.registry_ca.clone() };
+        RegistryClient::with_access(self.plain_http_registries.clone(), access)
+            .map_err(|e| LoadError::Pull { reference: spec.artifact.clone(), source: Box::new(e) })
     }
 
     /// Evicts least-recently-used artifacts no loaded Home leases, down to the cache limit.
@@ -316,6 +348,8 @@ mod tests {
             grant_name: "g".into(),
             fiber_memory_bytes: 0,
             policy: lampyr_api::policy::FiberPolicy::default(),
+            image_pull_secrets: Vec::new(),
+            service_account_name: None,
         };
         type Change = fn(&mut HomeSpec);
         let applied: &[Change] = &[
@@ -324,6 +358,9 @@ mod tests {
             |s| s.policy.scaling.cluster = Some(lampyr_api::autoscaler::AutoscalerConfig::default().cluster_scaling()),
             |s| s.policy.timeouts.request = std::time::Duration::from_secs(10),
             |s| s.policy.container_concurrency = 1,
+            // Who may pull matters only to a load; a loaded template stays.
+            |s| s.image_pull_secrets = vec!["regcred".into()],
+            |s| s.service_account_name = Some("puller".into()),
         ];
         for change in applied {
             let mut new = old.clone();

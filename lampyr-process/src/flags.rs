@@ -1,7 +1,7 @@
 //! Parsers of the flag values Lampyr's binaries share (clap `value_parser`s), so each
 //! kind of value is read one way everywhere: Go durations (`90s`, `1h30m`) where
 //! Knative's configuration uses them, decimal seconds for Lampyr's own `--*-seconds`
-//! style flags, and Kubernetes byte quantities (`2Gi`).
+//! style flags, Kubernetes byte quantities (`2Gi`), and PEM files of certificate authorities.
 
 use std::time::Duration;
 
@@ -30,6 +30,23 @@ pub fn positive_seconds(text: &str) -> Result<Duration, String> {
 /// A Kubernetes quantity of bytes (`2Gi`, `512Mi`), rounded up to whole bytes.
 pub fn byte_quantity(text: &str) -> Result<u64, String> {
     lampyr_api::quantity::parse_quantity(text).map(|q| q.ceil()).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// Certificate authorities from a PEM file, as [`pem_certificates`] read them.
+#[derive(Clone, Debug)]
+pub struct PemCertificates(pub Vec<u8>);
+
+/// A PEM file of certificate authorities (`--registry-ca`), checked to hold a certificate.
+pub fn pem_certificates(path: &str) -> Result<PemCertificates, String> {
+    lampyr_artifact::credentials::read_ca_file(std::path::Path::new(path)).map(PemCertificates).map_err(|e| e.to_string())
+}
+
+/// The registry CAs a binary trusts: `flag`'s file, else [`lampyr_artifact::credentials::CA_FILE_ENV`]'s.
+pub fn registry_ca(flag: Option<&PemCertificates>) -> Result<Option<Vec<u8>>, String> {
+    match flag {
+        Some(pem) => Ok(Some(pem.0.clone())),
+        None => lampyr_artifact::credentials::ca_from_environment().map_err(|e| e.to_string()),
+    }
 }
 
 #[cfg(test)]

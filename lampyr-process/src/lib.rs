@@ -13,7 +13,8 @@
 //!   [`kube_client`];
 //! - flag values read one way in every binary: [`flags`];
 //! - shutdown: SIGTERM or Ctrl-C, [`shutdown_signal`];
-//! - a replica's identity (in a leader-election Lease), [`default_identity`].
+//! - a replica's identity (in a leader-election Lease), [`default_identity`];
+//! - a workload's registry credentials, from its pull Secrets: [`pull_secrets`].
 //!
 //! It prints nothing and never exits the process: it logs through `tracing`
 //! and hands errors and exit codes back to `main`.
@@ -26,6 +27,7 @@ use std::process::ExitCode;
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 pub mod flags;
+pub mod pull_secrets;
 
 /// Why no Kubernetes client could be built; the message names the kubeconfig and what to do.
 #[derive(Debug, thiserror::Error)]

@@ -322,6 +322,77 @@ async fn bad_inputs_fail_with_clear_messages_and_leave_another_revision_ready() 
     controller.stop().await;
 }
 
+/// `service` with pod-level fields (`imagePullSecrets`, `serviceAccountName`) in its template.
+fn with_pod_fields(service: Service, fields: serde_json::Value) -> Service {
+    let mut value = serde_json::to_value(service).expect("a Service as JSON");
+    if let (Some(pod), Some(extra)) = (value["spec"]["template"]["spec"].as_object_mut(), fields.as_object()) {
+        pod.extend(extra.clone());
+    }
+    serde_json::from_value(value).expect("a Service")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_artifact_is_pulled_with_the_revisions_pull_secrets_and_refused_without_them() {
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use lampyr_testenv::registry::docker_config;
+    const USER: &str = "puller";
+    const PASSWORD: &str = "pull-Pa55word";
+    let cluster = Cluster::shared();
+    install_crds(cluster).await;
+    let ns = cluster.namespace("rev-private").await;
+    let client = cluster.client().await;
+    let apis = Apis::new(&client, &ns);
+    let (registry, ca) = TestRegistry::start_private(USER, PASSWORD);
+    let host = registry.host();
+    let artifact = push_hello_with_login(&registry, "team/hello", USER, PASSWORD, &ca).await;
+    let config_json = String::from_utf8(docker_config(&host, USER, PASSWORD)).expect("UTF-8");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "regcred" }, "type": "kubernetes.io/dockerconfigjson",
+        "stringData": { ".dockerconfigjson": config_json },
+    }))
+    .expect("a Secret");
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&Default::default(), &secret).await.expect("creating the pull Secret");
+    let account: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": "builder" }, "imagePullSecrets": [{ "name": "regcred" }] }))
+            .expect("a ServiceAccount");
+    Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &account)
+        .await
+        .expect("creating the ServiceAccount");
+    let mut config = config(&ns, &[]);
+    config.registry_ca = Some(ca.into_bytes());
+    let controller = Controller::start(client.clone(), config).await;
+
+    // The Revision's pull Secret lets the controller pull; its Home names it for fiberd.
+    let private = knative_service("private", &ns, Some(&artifact), json!({}));
+    create_service(&client, &ns, &with_pod_fields(private, json!({ "imagePullSecrets": [{ "name": "regcred" }] }))).await;
+    let home = wait_for(&apis.homes, "private-00001", "Home created", |_| true).await;
+    assert_eq!(home.spec.image_pull_secrets, ["regcred"]);
+    assert_eq!(home.spec.service_account_name, None);
+    grant_ready(&client, &ns, keys::SHARED_GRANT_NAME).await;
+    fiberd_reports(&client, &ns, "private-00001", "grant-0", true, 1, None).await;
+    wait_for(&apis.revisions, "private-00001", "Ready", |r| ready_is(r, "True")).await;
+
+    // Verified and cached by now, the artifact is still not given to a Revision without them.
+    create_service(&client, &ns, &knative_service("anonymous", &ns, Some(&artifact), json!({}))).await;
+    let ready = failed(&apis, "anonymous-00001").await;
+    assert_eq!(ready.reason, revision::REASON_CONTAINER_MISSING);
+    assert!(
+        ready.message.contains(&host) && ready.message.contains("imagePullSecrets"),
+        "names the registry and the fix: {}",
+        ready.message
+    );
+    assert!(apis.homes.get_opt("anonymous-00001").await.expect("get").is_none(), "a refused Revision gets no Home");
+
+    // A ServiceAccount's imagePullSecrets count, as for a Pod; the Home names the account.
+    let account = knative_service("account", &ns, Some(&artifact), json!({}));
+    create_service(&client, &ns, &with_pod_fields(account, json!({ "serviceAccountName": "builder" }))).await;
+    let home = wait_for(&apis.homes, "account-00001", "Home created", |_| true).await;
+    assert_eq!(home.spec.service_account_name.as_deref(), Some("builder"));
+    assert!(home.spec.image_pull_secrets.is_empty());
+    controller.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_image_map_gives_revisions_without_the_annotation_their_artifact_and_the_annotation_wins() {
     let cluster = Cluster::shared();

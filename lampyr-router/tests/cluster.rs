@@ -176,6 +176,8 @@ async fn create_home(client: &Client, ns: &str, name: &str, policy: FiberPolicy,
             grant_name: "grant".to_string(),
             fiber_memory_bytes: 0,
             policy,
+            image_pull_secrets: Vec::new(),
+            service_account_name: None,
         },
     );
     home.metadata.namespace = Some(ns.to_string());

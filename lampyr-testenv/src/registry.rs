@@ -78,6 +78,14 @@ impl TestRegistry {
         registry
     }
 
+    /// [`TestRegistry::start_secured`] with a certificate for `127.0.0.1` from a CA of its
+    /// own; returns the registry and that CA's certificate (PEM).
+    pub fn start_private(user: &str, password: &str) -> (Self, String) {
+        let ca = crate::tls::TestCa::new("lampyr private registry CA").expect("a CA");
+        let certificate = ca.issue(&["127.0.0.1"]).expect("a serving certificate");
+        (TestRegistry::start_secured(&certificate, user, password), ca.pem().to_string())
+    }
+
     /// Starts a registry on `port` of `placement`'s address, inside its network namespace
     /// (reached alike from the test and from the node's Pods), and waits until it answers.
     ///
@@ -173,4 +181,11 @@ fn probe_v2(addr: SocketAddr) -> Option<u16> {
     stream.read_exact(&mut head).ok()?;
     // "HTTP/1.1 200"
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// A Docker config (`~/.docker/config.json`, or a `kubernetes.io/dockerconfigjson` Secret's
+/// `.dockerconfigjson`) logging `user` in to `registry` with `password`.
+pub fn docker_config(registry: &str, user: &str, password: &str) -> Vec<u8> {
+    let config = serde_json::json!({ "auths": { registry: { "username": user, "password": password } } });
+    serde_json::to_vec(&config).expect("a JSON document")
 }

@@ -12,8 +12,8 @@
 //!   `httpGet` or `tcpSocket` handlers (accepted, not run: a fiber is ready as
 //!   soon as it is restored from its snapshot), and the `securityContext`
 //!   settings that already hold for a fiber;
-//! - pod level: `serviceAccountName` and `imagePullSecrets` (accepted, no effect
-//!   on a fiber), `enableServiceLinks: false`, `automountServiceAccountToken:
+//! - pod level: `serviceAccountName` and `imagePullSecrets` (the credentials the
+//!   artifact is pulled with; no effect on a fiber), `enableServiceLinks: false`, `automountServiceAccountToken:
 //!   false` and a `securityContext` with `runAsNonRoot: true` and the
 //!   `RuntimeDefault` seccomp profile;
 //! - everything else set to a non-empty value is refused.

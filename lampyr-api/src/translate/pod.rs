@@ -24,8 +24,9 @@ impl Checker<'_> {
         if let Some(sc) = &spec.security_context {
             self.pod_security_context(&format!("{base}.securityContext"), sc);
         }
-        // serviceAccountName and imagePullSecrets are accepted and have no
-        // effect: a fiber calls no Kubernetes API and pulls no image.
+        // serviceAccountName and imagePullSecrets are accepted: they give the
+        // artifact's pulls their credentials (the Home carries them); a fiber
+        // itself calls no Kubernetes API.
 
         let containers = format!("{base}.containers");
         for i in 1..spec.containers.len() {

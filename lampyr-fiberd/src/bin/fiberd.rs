@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use lampyr_artifact::reference::{Repository, plain_http_registries};
 use lampyr_fiberd::{FiberdConfig, FleetKeySource, InstanceShare, SecretKeyRef};
-use lampyr_process::flags::{positive_seconds, seconds};
+use lampyr_process::flags::{PemCertificates, pem_certificates, positive_seconds, registry_ca, seconds};
 use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::ScalerConfig;
 use tokio::net::TcpListener;
@@ -37,6 +37,10 @@ struct Args {
     /// A registry (HOST:PORT) reached over plain HTTP (repeatable); others use HTTPS.
     #[arg(long = "plain-http-registry")]
     plain_http_registries: Vec<String>,
+    /// A PEM file of certificate authorities registries may be signed by, besides the
+    /// system's (default: $LAMPYR_REGISTRY_CA when set).
+    #[arg(long, value_parser = pem_certificates)]
+    registry_ca: Option<PemCertificates>,
     /// A repository sealed templates may come from (repeatable; `http://` in front for a
     /// plain-HTTP registry); with none, any repository.
     #[arg(long = "template-repository")]
@@ -116,6 +120,7 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
     config.namespace = args.namespace.clone();
     config.advertise = args.advertise.clone();
     config.plain_http_registries = args.plain_http_registries.clone();
+    config.registry_ca = registry_ca(args.registry_ca.as_ref())?;
     for text in &args.template_repositories {
         let repository = Repository::parse(text).map_err(|e| format!("--template-repository {text:?}: {e}"))?;
         config.template_repositories.push(repository);

@@ -47,7 +47,20 @@ impl Env {
 
     /// Creates Home `name` of `grant` pinning `artifact` (and `sealed`, if any).
     pub async fn create_home(&self, name: &str, grant: &str, artifact: &str, sealed: Option<&str>, policy: FiberPolicy) -> Home {
-        let home = Home {
+        self.create_home_with(name, grant, artifact, sealed, policy, |_| {}).await
+    }
+
+    /// [`Env::create_home`] with the spec changed by `change` first.
+    pub async fn create_home_with(
+        &self,
+        name: &str,
+        grant: &str,
+        artifact: &str,
+        sealed: Option<&str>,
+        policy: FiberPolicy,
+        change: impl FnOnce(&mut HomeSpec),
+    ) -> Home {
+        let mut home = Home {
             metadata: ObjectMeta { name: Some(name.into()), namespace: Some(self.ns.clone()), ..ObjectMeta::default() },
             spec: HomeSpec {
                 revision_name: name.into(),
@@ -56,9 +69,12 @@ impl Env {
                 grant_name: grant.into(),
                 fiber_memory_bytes: 0,
                 policy,
+                image_pull_secrets: Vec::new(),
+                service_account_name: None,
             },
             status: None,
         };
+        change(&mut home.spec);
         self.homes().create(&PostParams::default(), &home).await.unwrap_or_else(|e| panic!("creating Home {name}: {e}"))
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use lampyr_process::flags::{byte_quantity, go_duration};
+use lampyr_process::flags::{PemCertificates, byte_quantity, go_duration, pem_certificates, registry_ca};
 use lampyr_process::run_main;
 use lampyr_reconcile::revision::{self, Context, ControllerConfig, Metrics};
 use lampyr_reconcile::runner::{CommonArgs, run_controller};
@@ -47,6 +47,10 @@ struct Args {
     /// A registry (host:port) to pull artifacts from over plain HTTP; repeatable.
     #[arg(long = "plain-http-registry")]
     plain_http_registries: Vec<String>,
+    /// A PEM file of certificate authorities registries may be signed by, besides the
+    /// system's (default: $LAMPYR_REGISTRY_CA when set).
+    #[arg(long, value_parser = pem_certificates)]
+    registry_ca: Option<PemCertificates>,
     /// Content cache for pulled artifacts.
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -86,7 +90,14 @@ fn namespaced_name(text: &str) -> Result<(String, String), String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = controller_config(&args);
+    let mut config = controller_config(&args);
+    config.registry_ca = match registry_ca(args.registry_ca.as_ref()) {
+        Ok(pem) => pem,
+        Err(e) => {
+            eprintln!("{COMPONENT}: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let metrics = Metrics::default();
     let mut registry = Registry::default();
     metrics.register(&mut registry);

@@ -3,7 +3,10 @@
 //! lampyr-fiber's checks. A verified reference is remembered for the life of the
 //! process (content under a digest never changes), so later reconciles of the
 //! same Revision, or of any Revision naming the same artifact, do not pull again.
-//! Pulls of one reference are single-flight.
+//! Pulls of one reference are single-flight. Pulls use the Revision's registry
+//! credentials (its pull Secrets and its ServiceAccount's), read only while the
+//! registry has not given the artifact to anyone; a reference verified with one
+//! Revision's credentials is checked with the registry before another's uses it.
 //!
 //! Each repository gets its own content cache: a digest already pulled from one
 //! repository is fetched again, and checked again, from any other repository a
@@ -16,10 +19,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use lampyr_api::keys;
 use lampyr_artifact::cache::Cache;
+use lampyr_artifact::credentials::Credentials;
 use lampyr_artifact::layout::sha256_digest;
+use lampyr_artifact::readers::ProvenReaders;
 use lampyr_artifact::reference::Repository;
-use lampyr_artifact::registry::{RegistryClient, RegistryError};
+use lampyr_artifact::registry::{RegistryAccess, RegistryClient, RegistryError};
 use lampyr_artifact::{ArtifactRef, FiberMetadata, verify_layout};
+use lampyr_process::pull_secrets::pull_credentials;
 
 /// An artifact that was pulled by digest and passed every check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,9 +165,27 @@ pub fn parse_pinned(value: &str) -> Result<PinnedReference, ArtifactProblem> {
     }
 }
 
-/// Pulls and verifies artifacts, remembering verified references.
+/// Who pulls a Revision's artifact, as a kubelet pulls a Pod's image: in its namespace,
+/// with its pull Secrets, then its ServiceAccount's. They are read only when the registry
+/// has not given the artifact to anyone already.
+pub struct Puller<'a> {
+    /// The client reading the Secrets and the ServiceAccount.
+    pub client: &'a kube::Client,
+    /// The Revision's namespace.
+    pub namespace: &'a str,
+    /// The Revision's imagePullSecrets, by name.
+    pub secrets: &'a [String],
+    /// The Revision's serviceAccountName (`default` when `None`).
+    pub service_account: Option<&'a str>,
+}
+
+/// Pulls and verifies artifacts, remembering verified references and which credentials
+/// the registry gave each one (a Revision never uses what only another's credentials may read).
 pub struct ArtifactResolver {
     client: RegistryClient,
+    plain_http: Vec<String>,
+    registry_ca: Option<Vec<u8>>,
+    readers: ProvenReaders,
     cache_dir: PathBuf,
     cache_max_bytes: u64,
     verified: Mutex<HashMap<String, Arc<ResolvedArtifact>>>,
@@ -174,6 +198,9 @@ impl ArtifactResolver {
     pub fn new(cache_dir: impl Into<PathBuf>, plain_http: &[String]) -> Result<Self, RegistryError> {
         Ok(ArtifactResolver {
             client: RegistryClient::new(plain_http.iter().cloned())?,
+            plain_http: plain_http.to_vec(),
+            registry_ca: None,
+            readers: ProvenReaders::default(),
             cache_dir: cache_dir.into(),
             cache_max_bytes: lampyr_artifact::evict::DEFAULT_MAX_BYTES,
             verified: Mutex::new(HashMap::new()),
@@ -187,11 +214,29 @@ impl ArtifactResolver {
         self
     }
 
-    /// The verified artifact `value` names, pulling it unless it was verified before.
+    /// Trusts registries signed by the certificate authorities in `pem` besides the system's.
+    pub fn with_registry_ca(mut self, pem: Option<Vec<u8>>) -> Result<Self, RegistryError> {
+        let access = RegistryAccess { credentials: Credentials::Anonymous, ca_pem: pem.clone() };
+        self.client = RegistryClient::with_access(self.plain_http.iter().cloned(), access)?;
+        self.registry_ca = pem;
+        Ok(self)
+    }
+
+    /// The verified artifact `value` names, pulled as `puller` may, unless it was verified
+    /// before and the registry gave it to anyone or to `puller`'s credentials.
     /// Returns whether a pull happened, for metrics.
-    pub async fn resolve(&self, value: &str) -> Result<(Arc<ResolvedArtifact>, bool), ArtifactProblem> {
+    pub async fn resolve(&self, value: &str, puller: &Puller<'_>) -> Result<(Arc<ResolvedArtifact>, bool), ArtifactProblem> {
         let pinned = parse_pinned(value)?;
-        if let Some(found) = self.lookup(&pinned.canonical) {
+        let ArtifactRef::Registry { repository, digest } = &pinned.parsed else {
+            return Err(ArtifactProblem::Internal(format!("{value:?} is not a registry reference")));
+        };
+        let found = self.lookup(&pinned.canonical);
+        if let Some(found) = found.clone().filter(|_| self.readers.is_public(repository, digest)) {
+            return Ok((found, false));
+        }
+        let client = self.client_for(puller).await?;
+        if let Some(found) = found {
+            self.check_access(&client, repository, digest).await?;
             return Ok((found, false));
         }
         let gate = {
@@ -201,9 +246,10 @@ impl ArtifactResolver {
         let _one_pull = gate.lock().await;
         // Another reconcile may have verified it while this one waited.
         if let Some(found) = self.lookup(&pinned.canonical) {
+            self.check_access(&client, repository, digest).await?;
             return Ok((found, false));
         }
-        let result = self.pull(value, &pinned).await;
+        let result = self.pull(value, &pinned, &client).await;
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(&pinned.canonical);
         let resolved = Arc::new(result?);
         self.verified.lock().unwrap_or_else(PoisonError::into_inner).insert(pinned.canonical.clone(), resolved.clone());
@@ -217,16 +263,40 @@ impl ArtifactResolver {
         Cache::new(self.cache_dir.join("repositories").join(&hex[..32]))
     }
 
+    /// A client with `puller`'s credentials (the anonymous one when it has none).
+    async fn client_for(&self, puller: &Puller<'_>) -> Result<RegistryClient, ArtifactProblem> {
+        let credentials = pull_credentials(puller.client, puller.namespace, puller.secrets, puller.service_account)
+            .await
+            .map_err(|e| ArtifactProblem::Unreachable(format!("cannot pull with the Revision's registry credentials: {e}")))?;
+        if matches!(credentials, Credentials::Anonymous) {
+            return Ok(self.client.clone());
+        }
+        let access = RegistryAccess { credentials, ca_pem: self.registry_ca.clone() };
+        RegistryClient::with_access(self.plain_http.iter().cloned(), access).map_err(ArtifactProblem::from_registry)
+    }
+
+    /// Makes sure the registry gives the artifact to `client`'s credentials, asking it
+    /// unless it did before.
+    async fn check_access(&self, client: &RegistryClient, repository: &Repository, digest: &str) -> Result<(), ArtifactProblem> {
+        let reader = client.reader(&repository.registry).map_err(ArtifactProblem::from_registry)?;
+        if !self.readers.may_read(repository, digest, &reader) {
+            client.check_readable(repository, digest).await.map_err(ArtifactProblem::from_registry)?;
+            self.readers.record(repository, digest, reader);
+        }
+        Ok(())
+    }
+
     fn lookup(&self, canonical: &str) -> Option<Arc<ResolvedArtifact>> {
         self.verified.lock().unwrap_or_else(PoisonError::into_inner).get(canonical).cloned()
     }
 
-    async fn pull(&self, value: &str, pinned: &PinnedReference) -> Result<ResolvedArtifact, ArtifactProblem> {
+    async fn pull(&self, value: &str, pinned: &PinnedReference, client: &RegistryClient) -> Result<ResolvedArtifact, ArtifactProblem> {
         let ArtifactRef::Registry { repository, digest } = &pinned.parsed else {
             return Err(ArtifactProblem::Internal(format!("{value:?} is not a registry reference")));
         };
         let cache = self.cache_for(repository);
-        let layout = self.client.pull(repository, digest, &cache).await.map_err(|e| match ArtifactProblem::from_registry(e) {
+        let pulled = client.pull_verified_as_reader(repository, digest, &cache, &self.readers).await;
+        let layout = pulled.map(|verified| verified.layout).map_err(|e| match ArtifactProblem::from_registry(e) {
             ArtifactProblem::BadReference { reason, .. } => ArtifactProblem::BadReference { value: value.to_string(), reason },
             other => other,
         })?;

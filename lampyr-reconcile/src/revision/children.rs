@@ -110,10 +110,17 @@ pub fn home(revision: &Revision, artifact: &str, sealed_template: Option<&str>, 
             grant_name: grant.to_string(),
             fiber_memory_bytes: i64::try_from(demand.fiber_memory).unwrap_or(i64::MAX),
             policy: policy.clone(),
+            image_pull_secrets: pull_secret_names(revision),
+            service_account_name: revision.spec.service_account_name.clone().filter(|n| !n.is_empty()),
         },
     );
     home.metadata = child_meta(revision);
     home
+}
+
+/// The Revision's imagePullSecrets, by name, in order, unnamed ones left out.
+pub fn pull_secret_names(revision: &Revision) -> Vec<String> {
+    revision.spec.image_pull_secrets.iter().flatten().map(|r| r.name.clone()).filter(|n| !n.is_empty()).collect()
 }
 
 /// The size and images of the shared grant lampyr-controller creates in a namespace.

@@ -62,6 +62,8 @@ pub struct ControllerConfig {
     pub grant: GrantSizing,
     /// Registries (`host:port`) reached over plain HTTP.
     pub plain_http_registries: Vec<String>,
+    /// PEM certificate authorities registries may be signed by, besides the system's.
+    pub registry_ca: Option<Vec<u8>>,
     /// The content cache artifacts are pulled into.
     pub cache_dir: PathBuf,
     /// Bytes each repository's cache may hold: verified artifacts past it are evicted,
@@ -107,6 +109,7 @@ impl ControllerConfig {
                 helper_image: helper_image.into(),
             },
             plain_http_registries: Vec::new(),
+            registry_ca: None,
             cache_dir: std::env::temp_dir().join("lampyr-controller-cache"),
             cache_max_bytes: 2 << 30,
             namespace: None,
@@ -226,7 +229,9 @@ impl Context {
     /// (`docs/embedding.md`).
     pub fn new(client: Client, config: ControllerConfig, metrics: Metrics) -> Result<Self, Error> {
         config.validate()?;
-        let artifacts = ArtifactResolver::new(&config.cache_dir, &config.plain_http_registries)?.with_cache_limit(config.cache_max_bytes);
+        let artifacts = ArtifactResolver::new(&config.cache_dir, &config.plain_http_registries)?
+            .with_cache_limit(config.cache_max_bytes)
+            .with_registry_ca(config.registry_ca.clone())?;
         Ok(Context {
             client,
             config,
@@ -412,7 +417,12 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     let reference = annotation.or(mapped.map(|entry| entry.artifact.as_str()));
     let resolved = match reference {
         None => Err(ArtifactProblem::Missing { image: image.clone(), map: ctx.config.image_map_name() }),
-        Some(value) => ctx.artifacts.resolve(value).await,
+        Some(value) => {
+            let secrets = children::pull_secret_names(rev);
+            let service_account = rev.spec.service_account_name.as_deref().filter(|n| !n.is_empty());
+            let puller = artifact::Puller { client: &ctx.client, namespace: &ns, secrets: &secrets, service_account };
+            ctx.artifacts.resolve(value, &puller).await
+        }
     };
     match &resolved {
         Ok((artifact, pulled)) => {

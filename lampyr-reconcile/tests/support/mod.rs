@@ -58,6 +58,19 @@ pub async fn push_hello(registry: &TestRegistry, repo: &str) -> String {
     format!("{}/{repo}@{digest}", registry.host())
 }
 
+/// Pushes the hello artifact to `repo` of a private `registry` (HTTPS with `ca`, logging in
+/// as `user`); returns `host/repo@digest`.
+pub async fn push_hello_with_login(registry: &TestRegistry, repo: &str, user: &str, password: &str, ca: &str) -> String {
+    let (layout, digest) = hello();
+    let repository = Repository::parse(&format!("{}/{repo}", registry.host())).expect("repository");
+    let login = lampyr_testenv::registry::docker_config(&registry.host(), user, password);
+    let credentials = lampyr_artifact::credentials::Credentials::ConfigJson(Arc::new(login));
+    let access = lampyr_artifact::registry::RegistryAccess { credentials, ca_pem: Some(ca.as_bytes().to_vec()) };
+    let client = RegistryClient::with_access(std::iter::empty::<String>(), access).expect("client");
+    client.push(layout, digest, &repository, None).await.expect("push with a login");
+    format!("{}/{repo}@{digest}", registry.host())
+}
+
 /// Hello in the plain form (Hyperlight's manifest listed itself), built once per process.
 fn hello_plain() -> &'static Artifact {
     static BUILT: OnceLock<Artifact> = OnceLock::new();
