@@ -322,7 +322,13 @@ async fn a_grant_shrinks_without_restarting_the_instance_that_stays_or_failing_a
         }
     }
     eprintln!("answers while draining: {answers:?}");
-    assert_eq!(answers.keys().collect::<Vec<_>>(), ["200"], "every request answered while instance 1 drained: {answers:?}");
+    assert_eq!(
+        answers.keys().collect::<Vec<_>>(),
+        ["200"],
+        "every request answered while instance 1 drained: {answers:?}; fiber-router's log:\n{}\n{}",
+        stack.log_tail("fiber-router", 60),
+        logs()
+    );
     assert!(answers["200"] >= 20, "requests flowed throughout: {answers:?}");
     assert_eq!(pods.get("pair-0").await.expect("instance 0").metadata.uid, staying, "the instance that stays was not restarted");
 }
