@@ -66,11 +66,11 @@ fn embed_guest_sources(repo: &Path, out: &Path) {
         let normalized = out.join(format!("{krate}.Cargo.toml"));
         write(&normalized, &manifest);
         let mut files = vec![(format!("{krate}/Cargo.toml"), normalized), (format!("{krate}/README.md"), dir.join("README.md"))];
-        let mut sources: Vec<PathBuf> =
-            read_dir(&dir.join("src")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "rs")).collect();
+        let src = dir.join("src");
+        let mut sources = rust_sources(&src);
         sources.sort();
         for source in sources {
-            let name = source.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = source.strip_prefix(&src).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
             files.push((format!("{krate}/src/{name}"), source));
         }
         for (name, path) in files {
@@ -98,6 +98,19 @@ fn embed_guest_sources(repo: &Path, out: &Path) {
         let _ = writeln!(table, "/// {about}\npub const {constant}: &str = include_str!({:?});", path.display().to_string());
     }
     write(&out.join("guest_sources.rs"), &table);
+}
+
+/// The `.rs` files under `dir`, in its subdirectories too (a module's own `tests.rs`).
+fn rust_sources(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for path in read_dir(dir) {
+        if path.is_dir() {
+            found.extend(rust_sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+    found
 }
 
 fn read_dir(dir: &Path) -> Vec<PathBuf> {

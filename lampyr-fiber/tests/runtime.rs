@@ -56,6 +56,38 @@ async fn hello_answers_with_the_revision_environment() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_events_example_answers_a_cloudevent_with_a_reply_event_in_a_fiber() {
+    let built = build(example_elf("events"), BuildOptions::default());
+    let pool = pool(&built, Env::default(), 2, 4);
+    let header = |name: &str, value: &str| lampyr_abi::Header { name: name.into(), value: value.as_bytes().to_vec() };
+    let delivery = |ty: &str| Request {
+        method: "POST".into(),
+        uri: "/".into(),
+        headers: vec![
+            header("ce-specversion", "1.0"),
+            header("ce-id", "ping-7"),
+            header("ce-source", "/apis/v1/namespaces/default/pingsources/every-minute"),
+            header("ce-type", ty),
+            header("content-type", "application/json"),
+        ],
+        body: br#"{"name": "Fiber"}"#.to_vec(),
+        ..Request::default()
+    };
+    let reply = pool.invoke(delivery("dev.lampyr.greet"), in_secs(30)).await.expect("answers");
+    let reply_header = |name: &str| reply.headers.iter().find(|h| h.name == name).map(|h| String::from_utf8_lossy(&h.value).into_owned());
+    assert_eq!(reply.status, 200, "{}", body(&reply));
+    assert_eq!(reply_header("ce-type").as_deref(), Some("dev.lampyr.greeting"));
+    assert_eq!(reply_header("ce-id").as_deref(), Some("ping-7-greeting"));
+    assert_eq!(body(&reply), r#"{"greeting":"Hello Fiber!"}"#);
+    let ack = pool.invoke(delivery("dev.knative.sources.ping"), in_secs(30)).await.expect("answers");
+    assert_eq!((ack.status, ack.body.len()), (202, 0), "acknowledged without a reply");
+    let not_an_event =
+        pool.invoke(Request { method: "POST".into(), uri: "/".into(), ..Request::default() }, in_secs(30)).await.expect("answers");
+    assert_eq!(not_an_event.status, 400);
+    assert!(body(&not_an_event).contains("not a CloudEvent"), "{}", body(&not_an_event));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn no_state_leaks_between_requests() {
     let built = build(test_guest_elf("counter"), BuildOptions::default());
     let pool = pool(&built, Env::default(), 1, 4);

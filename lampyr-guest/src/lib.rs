@@ -17,7 +17,8 @@
 //! works on the SDK's fallible calls. [`Router`] dispatches by method and path,
 //! [`json`] reads and writes JSON bodies, [`mod@env`] reads the Revision's
 //! environment and configuration, [`stream`] sends a response's head and bytes
-//! before the handler returns, and [`info!`] and its siblings log through the host.
+//! before the handler returns, [`event`] reads CloudEvents Knative Eventing delivers and
+//! answers reply events, and [`info!`] and its siblings log through the host.
 //!
 //! Build for `x86_64-unknown-none` with `-C link-arg=-eentrypoint`
 //! (`ly run` and `ly snapshot build DIR` do this). Guests must stay soft-float.
@@ -30,6 +31,7 @@ extern crate alloc;
 
 pub mod env;
 mod error;
+pub mod event;
 #[cfg(target_os = "none")]
 mod fiber;
 #[cfg(not(target_os = "none"))]
