@@ -305,6 +305,9 @@ pub struct GrantPolicySpec {
     /// Repositories grant Pods may pull sealed fiberd templates from (registry/path, http:// in front for a plain-HTTP registry); a template is admitted when one of them is its repository or above it. When no GrantPolicy lists any, templates are not restricted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zygote_registries: Vec<String>,
+    /// PEM certificate authorities grant Pods trust for registries besides the system's (a registry signed by its own CA); fiberd gets them in LAMPYR_REGISTRY_CA_PEM.
+    #[serde(default, rename = "registryCA", skip_serializing_if = "Option::is_none")]
+    pub registry_ca: Option<String>,
 }
 
 /// The CRDs of Lampyr's resources: CapacityGrant, Home, then GrantPolicy.

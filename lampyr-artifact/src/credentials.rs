@@ -13,6 +13,10 @@ use oci_client::secrets::RegistryAuth;
 /// signed by, besides the system's (for a registry with its own CA).
 pub const CA_FILE_ENV: &str = "LAMPYR_REGISTRY_CA";
 
+/// Environment variable holding such certificate authorities themselves (PEM text), as the
+/// installation gives them to lampyr-controller and grant Pods; [`CA_FILE_ENV`] wins.
+pub const CA_PEM_ENV: &str = "LAMPYR_REGISTRY_CA_PEM";
+
 /// Why no credentials or CAs could be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
@@ -133,18 +137,25 @@ impl Credentials {
 pub fn read_ca_file(path: &Path) -> Result<Vec<u8>, CredentialError> {
     let failed = |detail: String| CredentialError::CaFile { path: path.to_path_buf(), detail };
     let pem = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
-    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
-        return Err(failed("it holds no PEM certificate".into()));
-    }
-    Ok(pem)
+    check_pem(pem).map_err(failed)
 }
 
-/// The certificate authorities [`CA_FILE_ENV`] names, if it is set.
+/// The certificate authorities [`CA_FILE_ENV`] names, else those [`CA_PEM_ENV`] holds, if either is set.
 pub fn ca_from_environment() -> Result<Option<Vec<u8>>, CredentialError> {
-    match std::env::var_os(CA_FILE_ENV).filter(|v| !v.is_empty()) {
-        Some(path) => read_ca_file(Path::new(&path)).map(Some),
+    if let Some(path) = std::env::var_os(CA_FILE_ENV).filter(|v| !v.is_empty()) {
+        return read_ca_file(Path::new(&path)).map(Some);
+    }
+    match std::env::var(CA_PEM_ENV).ok().filter(|v| !v.trim().is_empty()) {
+        Some(pem) => check_pem(pem.into_bytes())
+            .map(Some)
+            .map_err(|detail| CredentialError::CaFile { path: PathBuf::from(format!("${CA_PEM_ENV}")), detail }),
         None => Ok(None),
     }
+}
+
+/// `pem` if it holds at least one PEM certificate.
+fn check_pem(pem: Vec<u8>) -> Result<Vec<u8>, String> {
+    if String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") { Ok(pem) } else { Err("it holds no PEM certificate".into()) }
 }
 
 #[cfg(test)]

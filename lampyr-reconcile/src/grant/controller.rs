@@ -17,7 +17,7 @@ use lampyr_api::{CapacityGrant, GrantPolicy, Home};
 use serde_json::json;
 
 use super::identity::{IdentityStores, ensure_identity};
-use super::images::{ImageRefused, check_images, template_repositories};
+use super::images::{ImageRefused, check_images, registry_ca, template_repositories};
 use super::pods::{GRANT_LABEL, PodSettings, desired_pods, pod_spec_hash};
 use super::status::{allocation, grant_status, same_but_allocation};
 
@@ -142,7 +142,11 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
         .collect();
     let policies: Vec<GrantPolicy> = context.policies.state().iter().map(|p| (**p).clone()).collect();
     let refused = check_images(&grant.spec, &policies).err();
-    let settings = PodSettings { template_repositories: template_repositories(&policies), ..context.settings.clone() };
+    let settings = PodSettings {
+        template_repositories: template_repositories(&policies),
+        registry_ca: registry_ca(&policies),
+        ..context.settings.clone()
+    };
     let desired = if refused.is_some() { Vec::new() } else { desired_pods(&grant, &settings) };
 
     // Pods no longer wanted, built from an older spec, or failed (evicted: a full cache

@@ -34,6 +34,18 @@ pub fn template_repositories(policies: &[GrantPolicy]) -> Vec<String> {
     repositories
 }
 
+/// Every GrantPolicy's `registryCA`, each once, in policy order, as one PEM bundle: the
+/// certificate authorities grant Pods trust for registries (none: only the system's).
+pub fn registry_ca(policies: &[GrantPolicy]) -> Option<String> {
+    let mut bundle: Vec<&str> = Vec::new();
+    for pem in policies.iter().filter_map(|p| p.spec.registry_ca.as_deref()).map(str::trim).filter(|p| !p.is_empty()) {
+        if !bundle.contains(&pem) {
+            bundle.push(pem);
+        }
+    }
+    (!bundle.is_empty()).then(|| bundle.join("\n") + "\n")
+}
+
 /// Checks the grant's images against every GrantPolicy: each must be in some
 /// policy's `allowedRepositories`. With no policy at all, nothing is allowed.
 pub fn check_images(spec: &CapacityGrantSpec, policies: &[GrantPolicy]) -> Result<(), ImageRefused> {
@@ -70,7 +82,7 @@ mod tests {
     fn policy(repositories: &[&str]) -> GrantPolicy {
         GrantPolicy::new(
             "p",
-            GrantPolicySpec { allowed_repositories: repositories.iter().map(|r| r.to_string()).collect(), zygote_registries: Vec::new() },
+            GrantPolicySpec { allowed_repositories: repositories.iter().map(|r| r.to_string()).collect(), ..GrantPolicySpec::default() },
         )
     }
 
@@ -108,5 +120,14 @@ mod tests {
         let image = format!("ghcr.io/team/fiberd@{DIGEST}");
         let refused = check_images(&spec(&image, &image), &[]).expect_err("no policy");
         assert!(refused.to_string().contains("no GrantPolicy exists"), "{refused}");
+    }
+
+    #[test]
+    fn the_policies_cas_make_one_bundle_each_once() {
+        let policy =
+            |ca: Option<&str>| GrantPolicy::new("p", GrantPolicySpec { registry_ca: ca.map(str::to_string), ..GrantPolicySpec::default() });
+        assert_eq!(registry_ca(&[policy(None)]), None);
+        let bundle = registry_ca(&[policy(Some("A\n")), policy(None), policy(Some("B")), policy(Some(" A "))]);
+        assert_eq!(bundle.as_deref(), Some("A\nB\n"));
     }
 }

@@ -54,6 +54,9 @@ pub struct PodSettings {
     /// Repositories fiberd may pull templates from (`--template-repository`), from the
     /// GrantPolicies at reconcile time; empty: unrestricted.
     pub template_repositories: Vec<String>,
+    /// Certificate authorities (PEM) fiberd trusts for registries besides the system's, from
+    /// the GrantPolicies at reconcile time (in `LAMPYR_REGISTRY_CA_PEM`).
+    pub registry_ca: Option<String>,
 }
 
 impl Default for PodSettings {
@@ -65,6 +68,7 @@ impl Default for PodSettings {
             kvm: KvmAccess::HostPath,
             fleet_key_secret: lampyr_api::keys::FLEET_KEY_SECRET_NAME.into(),
             template_repositories: Vec::new(),
+            registry_ca: None,
         }
     }
 }
@@ -148,6 +152,13 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
     let mut mounts = kvm.mounts.clone();
     mounts.push(json!({ "name": "fleet-key", "mountPath": FLEET_KEY_MOUNT, "readOnly": true }));
     mounts.push(json!({ "name": "cache", "mountPath": CACHE_MOUNT }));
+    let mut env = vec![
+        json!({ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }),
+        json!({ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }),
+    ];
+    if let Some(pem) = &settings.registry_ca {
+        env.push(json!({ "name": lampyr_artifact::credentials::CA_PEM_ENV, "value": pem }));
+    }
     let labels = json!({
         GRANT_LABEL: name, INSTANCE_LABEL: index.to_string(),
         "app.kubernetes.io/name": "fiberd", "app.kubernetes.io/part-of": "lampyr",
@@ -177,10 +188,7 @@ fn grant_pod(grant: &CapacityGrant, index: i32, settings: &PodSettings) -> Pod {
             "name": FIBERD_CONTAINER,
             "image": grant.spec.grant_image,
             "args": fiberd_args(grant, index, port, settings),
-            "env": [
-                { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
-                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-            ],
+            "env": env,
             "ports": [{ "name": "fiberd", "containerPort": port }],
             // Probed every second: a grant Pod's readiness gates its Revisions' first fibers.
             "readinessProbe": { "httpGet": { "path": "/healthz", "port": port }, "periodSeconds": 1 },
@@ -297,6 +305,20 @@ mod tests {
         let memory = &spec.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits")["memory"];
         assert_eq!(memory.0, (1i64 << 29).to_string(), "memory is spread over the instances");
         assert_eq!(spec.node_selector.as_ref().expect("selector")["lampyr.dev/kvm"], "true");
+    }
+
+    #[test]
+    fn the_policies_registry_cas_reach_fiberd_in_its_environment() {
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_string();
+        let settings = PodSettings { registry_ca: Some(ca.clone()), ..Default::default() };
+        let pod = &desired_pods(&grant(1, None), &settings)[0];
+        let env = pod.spec.as_ref().expect("spec").containers[0].env.clone().unwrap_or_default();
+        let given = env.iter().find(|e| e.name == lampyr_artifact::credentials::CA_PEM_ENV).and_then(|e| e.value.clone());
+        assert_eq!(given, Some(ca));
+        let without = &desired_pods(&grant(1, None), &PodSettings::default())[0];
+        let names: Vec<String> = without.spec.as_ref().expect("spec").containers[0].env.iter().flatten().map(|e| e.name.clone()).collect();
+        assert_eq!(names, ["POD_NAME", "POD_IP"], "no CA configured: none given");
+        assert_ne!(pod_spec_hash(pod), pod_spec_hash(without), "a CA change replaces the Pods");
     }
 
     #[test]

@@ -164,7 +164,7 @@ pub fn steps(workspace: &Path, checked: &Checked) -> Result<Vec<Step>, PlanError
     steps.push(Step { title: format!("fiberd-k8s-controller ({origin})"), objects });
     steps.push(Step {
         title: "GrantPolicy".into(),
-        objects: vec![grant_policy(&checked.allowed_repositories, &checked.templates.zygote_registries)],
+        objects: vec![grant_policy(&checked.allowed_repositories, &checked.templates.zygote_registries, checked.registry_ca.as_deref())],
     });
     Ok(steps)
 }
@@ -214,6 +214,9 @@ fn settle(object: &mut Value, checked: &Checked) {
             for (flag, value) in settings.shared_grant.iter().flat_map(|g| g.controller_args()) {
                 set_repeated_arg(object, flag, &[value]);
             }
+            if let Some(pem) = &checked.registry_ca {
+                set_env(object, lampyr_artifact::credentials::CA_PEM_ENV, pem);
+            }
         }
         ("Service", Some(SYSTEM_NAMESPACE), PUBLIC_SERVICE) => {
             object["spec"]["type"] = json!("NodePort");
@@ -235,6 +238,15 @@ fn containers(object: &mut Value) -> impl Iterator<Item = &mut Value> {
 
 fn set_image(object: &mut Value, image: &str) {
     containers(object).for_each(|c| c["image"] = json!(image));
+}
+
+/// Sets environment variable `name` to `value` in every container (replacing it if set).
+fn set_env(object: &mut Value, name: &str, value: &str) {
+    for container in containers(object) {
+        let mut env: Vec<Value> = container["env"].as_array().into_iter().flatten().filter(|e| e["name"] != name).cloned().collect();
+        env.push(json!({ "name": name, "value": value }));
+        container["env"] = json!(env);
+    }
 }
 
 /// Replaces `FLAG=…` in every container's args.
@@ -267,15 +279,19 @@ fn plain_http_registries(repositories: &[String]) -> Vec<String> {
     reference::plain_http_registries(&parsed)
 }
 
-/// The installation's GrantPolicy: the grant and helper images' repositories, and the
-/// repositories grant Pods may pull templates from.
-pub fn grant_policy(repositories: &[String], zygote_registries: &[String]) -> Value {
-    json!({
+/// The installation's GrantPolicy: the grant and helper images' repositories, the
+/// repositories grant Pods may pull templates from, and the registry CAs they trust.
+pub fn grant_policy(repositories: &[String], zygote_registries: &[String], registry_ca: Option<&str>) -> Value {
+    let mut policy = json!({
         "apiVersion": "fiber.lampyr.dev/v1alpha1",
         "kind": "GrantPolicy",
         "metadata": { "name": GRANT_POLICY, "labels": { "app.kubernetes.io/part-of": "lampyr" } },
         "spec": { "allowedRepositories": repositories, "zygoteRegistries": zygote_registries },
-    })
+    });
+    if let Some(pem) = registry_ca {
+        policy["spec"]["registryCA"] = json!(pem);
+    }
+    policy
 }
 
 /// The installation record: Lampyr's namespace, the ConfigMap (provider identity: none)
@@ -328,8 +344,25 @@ mod tests {
     }
 
     #[test]
+    fn a_registry_ca_reaches_the_grant_policy_and_lampyr_controllers_environment() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let policy = grant_policy(&["r.example.com/a".into()], &[], Some(pem));
+        assert_eq!(policy["spec"]["registryCA"], pem);
+        assert!(grant_policy(&["r.example.com/a".into()], &[], None)["spec"].get("registryCA").is_none());
+        let mut deployment = json!({ "spec": { "template": { "spec": { "containers": [
+            { "env": [{ "name": "RUST_LOG", "value": "info" }, { "name": "LAMPYR_REGISTRY_CA_PEM", "value": "old" }] },
+        ] } } } });
+        set_env(&mut deployment, lampyr_artifact::credentials::CA_PEM_ENV, pem);
+        assert_eq!(
+            deployment.pointer("/spec/template/spec/containers/0/env"),
+            Some(&json!([{ "name": "RUST_LOG", "value": "info" }, { "name": "LAMPYR_REGISTRY_CA_PEM", "value": pem }])),
+            "set once, replacing what was there"
+        );
+    }
+
+    #[test]
     fn object_refs_name_kubectl_resources() {
-        let policy = ObjectRef::of(&grant_policy(&["r.example.com/a".into()], &[]));
+        let policy = ObjectRef::of(&grant_policy(&["r.example.com/a".into()], &[], None));
         assert_eq!(policy.resource(), "grantpolicy.v1alpha1.fiber.lampyr.dev/lampyr");
         let cm = ObjectRef::of(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}}));
         assert_eq!((cm.resource().as_str(), cm.display().as_str()), ("configmap/c", "ConfigMap n/c"));
@@ -340,7 +373,7 @@ mod tests {
         let ns = |label: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "labels": {label: "x"}}});
         let mut steps = vec![
             Step { title: "a".into(), objects: vec![ns("first")] },
-            Step { title: "b".into(), objects: vec![ns("second"), grant_policy(&["r.example.com/a".into()], &[])] },
+            Step { title: "b".into(), objects: vec![ns("second"), grant_policy(&["r.example.com/a".into()], &[], None)] },
         ];
         dedupe(&mut steps);
         assert_eq!(steps[0].objects, [ns("first")]);

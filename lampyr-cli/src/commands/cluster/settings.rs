@@ -48,6 +48,10 @@ pub struct PlatformSettings {
     /// The size of each namespace's shared CapacityGrant; lampyr-controller's defaults when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_grant: Option<SharedGrant>,
+    /// A PEM file (relative to the settings file naming it) of certificate authorities
+    /// lampyr-controller and grant Pods trust for registries besides the system's.
+    #[serde(default, rename = "registryCA", skip_serializing_if = "Option::is_none")]
+    pub registry_ca: Option<String>,
 }
 
 /// `sharedGrant:` settings: what each grant Pod of a namespace's shared grant holds, and how many run.
@@ -169,6 +173,8 @@ pub struct Checked {
     pub allowed_repositories: Vec<String>,
     /// Where templates go.
     pub templates: TemplateRepository,
+    /// The content of `registryCA`'s file (PEM), checked to hold a certificate.
+    pub registry_ca: Option<String>,
 }
 
 /// Why the settings cannot be used. Nothing has been changed yet.
@@ -287,7 +293,20 @@ pub fn check(mut settings: PlatformSettings, base: &Path) -> Result<Checked, Set
     if !allowed_repositories.contains(&helper) {
         allowed_repositories.push(helper);
     }
-    Ok(Checked { settings, controller, allowed_repositories, templates })
+    let registry_ca = match settings.registry_ca.as_deref() {
+        Some(file) => Some(read_registry_ca(&base.join(file))?),
+        None => None,
+    };
+    Ok(Checked { settings, controller, allowed_repositories, templates, registry_ca })
+}
+
+/// The certificate authorities in `path` (`registryCA`), as text.
+fn read_registry_ca(path: &Path) -> Result<String, SettingsError> {
+    let pem = lampyr_artifact::credentials::read_ca_file(path).map_err(|e| SettingsError::Invalid {
+        key: "registryCA",
+        why: format!("{e} (name a PEM file of CA certificates, relative to the settings file)"),
+    })?;
+    String::from_utf8(pem).map_err(|_| SettingsError::Invalid { key: "registryCA", why: format!("{} is not PEM text", path.display()) })
 }
 
 /// Resolves `controllerManifest`: an https:// URL, or a file that must exist.
@@ -387,6 +406,24 @@ mod tests {
         assert_eq!(checked.controller, ControllerManifest::File(dir.path().join("controller.yaml")));
         assert_eq!(checked.templates.pull, "registry.example.com/t");
         assert_eq!(checked.settings.zygote_registries, Some(vec!["registry.example.com/t".to_string()]));
+    }
+
+    #[test]
+    fn a_registry_ca_is_read_next_to_the_settings_and_must_hold_a_certificate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        std::fs::write(dir.path().join("ca.pem"), pem).expect("write");
+        let mut settings = valid(dir.path());
+        settings.registry_ca = Some("ca.pem".into());
+        assert_eq!(check(settings.clone(), dir.path()).expect("valid").registry_ca.as_deref(), Some(pem));
+        settings.registry_ca = Some("absent.pem".into());
+        let err = check(settings.clone(), dir.path()).expect_err("no such file").to_string();
+        assert!(err.starts_with("registryCA:") && err.contains("absent.pem"), "{err}");
+        std::fs::write(dir.path().join("key.pem"), "-----BEGIN PRIVATE KEY-----\n").expect("write");
+        settings.registry_ca = Some("key.pem".into());
+        assert!(check(settings, dir.path()).expect_err("no certificate").to_string().contains("no PEM certificate"));
+        let parsed = parse("registryCA: ca.pem\n").expect("the key is spelled registryCA");
+        assert_eq!(parsed.registry_ca.as_deref(), Some("ca.pem"));
     }
 
     #[test]
