@@ -303,22 +303,7 @@ fn percent_encode(value: &str) -> String {
 
 /// A header value with its `%XX` escapes decoded; `None` when the result is not UTF-8.
 fn percent_decode(value: &[u8]) -> Option<String> {
-    let mut out = Vec::with_capacity(value.len());
-    let mut i = 0;
-    while i < value.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (value[i], value.get(i + 1).copied().and_then(hex), value.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-            }
-            (byte, ..) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    String::from_utf8(crate::percent::decode(value)).ok()
 }
 
 #[cfg(test)]

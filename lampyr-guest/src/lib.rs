@@ -38,6 +38,7 @@ mod fiber;
 pub mod host;
 pub mod json;
 pub mod log;
+mod percent;
 mod router;
 pub mod stream;
 

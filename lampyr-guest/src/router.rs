@@ -177,23 +177,7 @@ fn match_path(pattern: &[Segment], path: &[&str]) -> Option<Params> {
 
 /// `%XX` sequences decoded; an invalid sequence or non-UTF-8 result is kept as written.
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_else(|_| String::from(text))
+    String::from_utf8(crate::percent::decode(text.as_bytes())).unwrap_or_else(|_| String::from(text))
 }
 
 #[cfg(test)]
