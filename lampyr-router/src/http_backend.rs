@@ -21,7 +21,7 @@
 use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -38,6 +38,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lampyr_abi::DecodeError;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendStats, BoxFuture};
@@ -66,6 +67,9 @@ pub struct HttpLimits {
     /// not accept connections, pausing 50 ms, then 200 ms, … between them within the
     /// deadline: nothing was sent, so a Service whose endpoint is being replaced is retried.
     pub connect_attempts: u32,
+    /// Longest an upgraded connection (a WebSocket) stays open with no byte either way;
+    /// then both sides are closed. Envoy's default stream idle timeout, 5 minutes.
+    pub upgraded_idle_timeout: Duration,
 }
 
 impl Default for HttpLimits {
@@ -76,6 +80,7 @@ impl Default for HttpLimits {
             pool_idle_timeout: Duration::from_secs(30),
             pool_max_idle: 256,
             connect_attempts: 3,
+            upgraded_idle_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -89,6 +94,7 @@ pub struct HttpBackend {
     max_request_body: u64,
     max_response_body: u64,
     connect_attempts: u32,
+    upgraded_idle_timeout: Duration,
     in_flight: AtomicUsize,
 }
 
@@ -122,6 +128,7 @@ impl HttpBackend {
             max_request_body,
             max_response_body: limits.max_response_body,
             connect_attempts: limits.connect_attempts.max(1),
+            upgraded_idle_timeout: limits.upgraded_idle_timeout,
             in_flight: AtomicUsize::new(0),
         }
     }
@@ -225,7 +232,7 @@ impl HttpBackend {
         let protocol = parts.headers.get(UPGRADE).cloned();
         strip_hop_by_hop(&mut parts.headers);
         mark_upgrade(&mut parts.headers, protocol);
-        tokio::spawn(join_upgraded(client_side, upstream_side, upstream));
+        tokio::spawn(join_upgraded(client_side, upstream_side, upstream, self.upgraded_idle_timeout));
         Ok(http::Response::from_parts(parts, body::empty()))
     }
 
@@ -532,8 +539,9 @@ fn upgrade_request(head: &mut http::request::Parts) -> Option<(HeaderValue, OnUp
     Some((protocol, head.extensions.remove::<OnUpgrade>()?))
 }
 
-/// Joins an upgraded client connection to the upgraded upstream one until either closes.
-async fn join_upgraded(client: OnUpgrade, upstream: OnUpgrade, addr: SocketAddr) {
+/// Joins an upgraded client connection to the upgraded upstream one until either closes,
+/// or until neither has sent a byte for `idle`.
+async fn join_upgraded(client: OnUpgrade, upstream: OnUpgrade, addr: SocketAddr, idle: Duration) {
     let (client, upstream) = match tokio::try_join!(client, upstream) {
         Ok(both) => both,
         Err(e) => {
@@ -541,10 +549,78 @@ async fn join_upgraded(client: OnUpgrade, upstream: OnUpgrade, addr: SocketAddr)
             return;
         }
     };
-    let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
-    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        Ok((sent, received)) => tracing::debug!(upstream = %addr, sent, received, "upgraded connection closed"),
-        Err(e) => tracing::debug!(upstream = %addr, error = %e, "upgraded connection broke off"),
+    let clock = Arc::new(Activity::new());
+    let mut client = Active { inner: TokioIo::new(client), clock: Arc::clone(&clock) };
+    let mut upstream = Active { inner: TokioIo::new(upstream), clock: Arc::clone(&clock) };
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
+            Ok((sent, received)) => tracing::debug!(upstream = %addr, sent, received, "upgraded connection closed"),
+            Err(e) => tracing::debug!(upstream = %addr, error = %e, "upgraded connection broke off"),
+        },
+        () = clock.idle_for(idle) => tracing::debug!(upstream = %addr, ?idle, "upgraded connection idle past its limit; closed both sides"),
+    }
+}
+
+/// When bytes last moved through a joined pair of connections.
+struct Activity {
+    start: Instant,
+    /// Milliseconds after `start`.
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity { start: Instant::now(), last: AtomicU64::new(0) }
+    }
+
+    fn touch(&self) {
+        self.last.store(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Returns once no bytes have moved for `limit`.
+    async fn idle_for(&self, limit: Duration) {
+        loop {
+            let since = self.start.elapsed().saturating_sub(Duration::from_millis(self.last.load(Ordering::Relaxed)));
+            if since >= limit {
+                return;
+            }
+            tokio::time::sleep(limit - since).await;
+        }
+    }
+}
+
+/// A connection that reports each read or write that moves bytes to its [`Activity`].
+struct Active<T> {
+    inner: T,
+    clock: Arc<Activity>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Active<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.clock.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(1..))) {
+            self.clock.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -275,6 +275,29 @@ async fn an_upgrade_the_upstream_accepts_joins_both_connections_past_the_request
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_upgraded_connection_stays_open_while_it_talks_and_closes_once_idle_past_its_limit() {
+    let idle = Duration::from_millis(800);
+    let backend = Arc::new(HttpBackend::new(upgrading_upstream().await, 1024, HttpLimits { upgraded_idle_timeout: idle, ..limits() }));
+    let addr = router(backend, Duration::from_secs(5)).await;
+    let ask = format!("GET /chat HTTP/1.1\r\nHost: {HOST}\r\nConnection: Upgrade\r\nUpgrade: shout\r\n\r\n");
+    let (mut stream, head) = raw_request(addr, &ask).await;
+    assert!(head.starts_with("http/1.1 101 "), "{head}");
+    // Four exchanges 400 ms apart: 1.6 s open in all, never 800 ms without a byte.
+    for word in ["one", "two", "three", "four"] {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        stream.write_all(word.as_bytes()).await.expect("still open while it talks");
+        let mut echoed = vec![0u8; word.len()];
+        stream.read_exact(&mut echoed).await.expect("the answer");
+        assert_eq!(echoed, word.to_ascii_uppercase().as_bytes());
+    }
+    let silent = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0))), "the router closed the idle connection: {read:?}");
+    assert!(silent.elapsed() >= idle, "not before the idle limit: {:?}", silent.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_upstream_that_starts_listening_between_tries_answers_the_request() {
     let port = refused_addr().await;
     let backend = Arc::new(HttpBackend::new(port, 1024, limits()));

@@ -56,6 +56,10 @@ struct Args {
     /// How long requests in flight may finish after SIGTERM, in seconds.
     #[arg(long, default_value = "30", value_parser = lampyr_process::flags::seconds)]
     drain_seconds: Duration,
+    /// Longest an upgraded connection (a WebSocket) stays open with no byte either way, in
+    /// seconds; then the router closes both sides.
+    #[arg(long, default_value = "300", value_parser = lampyr_process::flags::positive_seconds)]
+    upgraded_idle_seconds: Duration,
     /// This router's own Service, NAMESPACE/NAME/PORT-NAME (e.g. lampyr-system/fiber-router/http):
     /// a KIngress is reported Ready only once every ready replica behind it routes its spec.
     /// Unset: this process is the only router.
@@ -85,7 +89,7 @@ async fn run(args: Args) -> Result<(), String> {
     config.ingress_class = Some(args.ingress_class).filter(|c| !c.is_empty());
     config.backend = FiberdConfig {
         max_request_body: args.max_request_body,
-        limits: HttpLimits::default(),
+        limits: HttpLimits { upgraded_idle_timeout: args.upgraded_idle_seconds, ..HttpLimits::default() },
         queue_capacity: args.queue_capacity.unwrap_or(FiberdConfig::default().queue_capacity),
     };
     config.fixed_queue_capacity = args.queue_capacity.is_some();
