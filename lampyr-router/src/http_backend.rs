@@ -38,6 +38,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lampyr_abi::DecodeError;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
@@ -70,6 +71,9 @@ pub struct HttpLimits {
     /// Longest an upgraded connection (a WebSocket) stays open with no byte either way;
     /// then both sides are closed. Envoy's default stream idle timeout, 5 minutes.
     pub upgraded_idle_timeout: Duration,
+    /// Counts the upgraded connections open (give it the router's
+    /// [`crate::RouterMetrics::upgraded_connections`]).
+    pub upgraded: Gauge,
 }
 
 impl Default for HttpLimits {
@@ -81,6 +85,7 @@ impl Default for HttpLimits {
             pool_max_idle: 256,
             connect_attempts: 3,
             upgraded_idle_timeout: Duration::from_secs(300),
+            upgraded: Gauge::default(),
         }
     }
 }
@@ -95,6 +100,7 @@ pub struct HttpBackend {
     max_response_body: u64,
     connect_attempts: u32,
     upgraded_idle_timeout: Duration,
+    upgraded: Gauge,
     in_flight: AtomicUsize,
 }
 
@@ -129,6 +135,7 @@ impl HttpBackend {
             max_response_body: limits.max_response_body,
             connect_attempts: limits.connect_attempts.max(1),
             upgraded_idle_timeout: limits.upgraded_idle_timeout,
+            upgraded: limits.upgraded.clone(),
             in_flight: AtomicUsize::new(0),
         }
     }
@@ -232,7 +239,13 @@ impl HttpBackend {
         let protocol = parts.headers.get(UPGRADE).cloned();
         strip_hop_by_hop(&mut parts.headers);
         mark_upgrade(&mut parts.headers, protocol);
-        tokio::spawn(join_upgraded(client_side, upstream_side, upstream, self.upgraded_idle_timeout));
+        let open = self.upgraded.clone();
+        let idle = self.upgraded_idle_timeout;
+        tokio::spawn(async move {
+            open.inc();
+            join_upgraded(client_side, upstream_side, upstream, idle).await;
+            open.dec();
+        });
         Ok(http::Response::from_parts(parts, body::empty()))
     }
 

@@ -41,6 +41,8 @@ pub struct RouterMetrics {
     pub instances: Family<Labels, Gauge>,
     /// KIngresses of the router's class programmed into its routes.
     pub ingresses: Gauge,
+    /// Upgraded connections (WebSockets) joined through the router and still open.
+    pub upgraded_connections: Gauge,
 }
 
 impl Default for RouterMetrics {
@@ -58,6 +60,7 @@ impl Default for RouterMetrics {
             upstream_refusals: Family::default(),
             instances: Family::default(),
             ingresses: Gauge::default(),
+            upgraded_connections: Gauge::default(),
         }
     }
 }
@@ -86,6 +89,11 @@ impl RouterMetrics {
         );
         r.register("instances", "Loaded fiberd instances serving a revision", self.instances.clone());
         r.register("ingresses", "KIngresses of the router's class programmed into its routes", self.ingresses.clone());
+        r.register(
+            "upgraded_connections",
+            "Upgraded connections (WebSockets) joined through the router and open",
+            self.upgraded_connections.clone(),
+        );
     }
 }
 

@@ -277,7 +277,9 @@ async fn an_upgrade_the_upstream_accepts_joins_both_connections_past_the_request
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgraded_connection_stays_open_while_it_talks_and_closes_once_idle_past_its_limit() {
     let idle = Duration::from_millis(800);
-    let backend = Arc::new(HttpBackend::new(upgrading_upstream().await, 1024, HttpLimits { upgraded_idle_timeout: idle, ..limits() }));
+    let open = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+    let limits = HttpLimits { upgraded_idle_timeout: idle, upgraded: open.clone(), ..limits() };
+    let backend = Arc::new(HttpBackend::new(upgrading_upstream().await, 1024, limits));
     let addr = router(backend, Duration::from_secs(5)).await;
     let ask = format!("GET /chat HTTP/1.1\r\nHost: {HOST}\r\nConnection: Upgrade\r\nUpgrade: shout\r\n\r\n");
     let (mut stream, head) = raw_request(addr, &ask).await;
@@ -290,11 +292,22 @@ async fn an_upgraded_connection_stays_open_while_it_talks_and_closes_once_idle_p
         stream.read_exact(&mut echoed).await.expect("the answer");
         assert_eq!(echoed, word.to_ascii_uppercase().as_bytes());
     }
+    assert_eq!(open.get(), 1, "the open tunnel is counted");
     let silent = std::time::Instant::now();
     let mut rest = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(0))), "the router closed the idle connection: {read:?}");
     assert!(silent.elapsed() >= idle, "not before the idle limit: {:?}", silent.elapsed());
+    wait_until(|| open.get() == 0).await;
+}
+
+/// Polls `done` every 10 ms for up to 5 s.
+async fn wait_until(done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "the condition did not hold within 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -89,7 +89,11 @@ async fn run(args: Args) -> Result<(), String> {
     config.ingress_class = Some(args.ingress_class).filter(|c| !c.is_empty());
     config.backend = FiberdConfig {
         max_request_body: args.max_request_body,
-        limits: HttpLimits { upgraded_idle_timeout: args.upgraded_idle_seconds, ..HttpLimits::default() },
+        limits: HttpLimits {
+            upgraded_idle_timeout: args.upgraded_idle_seconds,
+            upgraded: router.metrics().upgraded_connections.clone(),
+            ..HttpLimits::default()
+        },
         queue_capacity: args.queue_capacity.unwrap_or(FiberdConfig::default().queue_capacity),
     };
     config.fixed_queue_capacity = args.queue_capacity.is_some();
