@@ -72,7 +72,7 @@ pub struct HttpLimits {
     /// then both sides are closed. Envoy's default stream idle timeout, 5 minutes.
     pub upgraded_idle_timeout: Duration,
     /// Counts the upgraded connections open (give it the router's
-    /// [`crate::RouterMetrics::upgraded_connections`]).
+    /// [`crate::metrics::RouterMetrics::upgraded_connections`]).
     pub upgraded: Gauge,
 }
 
