@@ -224,6 +224,8 @@ pub struct RegistryClient {
     client: oci_client::Client,
     sessions: Arc<Sessions>,
     plain_http: Vec<String>,
+    /// The extra certificate authorities it trusts, for [`RegistryClient::with_credentials`].
+    ca_pem: Option<Vec<u8>>,
     credentials: Credentials,
     /// Credentials already read, by registry (a credential helper runs once per registry).
     resolved: Arc<std::sync::Mutex<std::collections::HashMap<String, RegistryAuth>>>,
@@ -300,8 +302,17 @@ impl RegistryClient {
         let client = oci_client(config).map_err(|e| RegistryError::Client(Box::new(e)))?;
         let sessions = Sessions::new(plain_http.clone(), CONNECT_TIMEOUT, READ_TIMEOUT, access.ca_pem.as_deref())
             .map_err(|e| RegistryError::Client(Box::new(OciDistributionError::RequestError(e))))?;
-        let credentials = access.credentials;
-        Ok(RegistryClient { client, sessions: Arc::new(sessions), plain_http, credentials, resolved: Arc::default() })
+        let (credentials, ca_pem) = (access.credentials, access.ca_pem);
+        Ok(RegistryClient { client, sessions: Arc::new(sessions), plain_http, ca_pem, credentials, resolved: Arc::default() })
+    }
+
+    /// A client for the same registries and CAs presenting `credentials`: this one when they
+    /// are [`Credentials::Anonymous`] and so is it, else a new one (clients never share tokens).
+    pub fn with_credentials(&self, credentials: Credentials) -> Result<Self, RegistryError> {
+        if matches!((&credentials, &self.credentials), (Credentials::Anonymous, Credentials::Anonymous)) {
+            return Ok(self.clone());
+        }
+        Self::with_access(self.plain_http.clone(), RegistryAccess { credentials, ca_pem: self.ca_pem.clone() })
     }
 
     /// A client for `repo` as its user reaches it: plain HTTP to its registry only when it was
@@ -452,6 +463,18 @@ impl RegistryClient {
         op.check_received(&bytes, MAX_JSON_BYTES)
     }
 
+    /// Makes sure the registry gives artifact `digest` of `repo` to this client's reader:
+    /// asks it ([`RegistryClient::check_readable`]) unless `readers` records that it did, or
+    /// that it gave it to anyone, and records the answer.
+    pub async fn ensure_readable(&self, repo: &Repository, digest: &str, readers: &ProvenReaders) -> Result<(), RegistryError> {
+        let reader = self.reader(&repo.registry)?;
+        if !readers.may_read(repo, digest, &reader) {
+            self.check_readable(repo, digest).await?;
+            readers.record(repo, digest, reader);
+        }
+        Ok(())
+    }
+
     /// [`RegistryClient::pull_verified`] for a cache that readers with other credentials
     /// share: a cached copy is used only once the registry gave this client's reader the
     /// artifact (now, or earlier in this process as `readers` records), or gave it to anyone.
@@ -462,13 +485,12 @@ impl RegistryClient {
         cache: &Cache,
         readers: &ProvenReaders,
     ) -> Result<VerifiedArtifact, RegistryError> {
-        let reader = self.reader(&repo.registry)?;
         digest_hex(digest).map_err(input_error)?;
-        if !readers.may_read(repo, digest, &reader) && cache.blob_path(digest)?.is_file() {
-            self.check_readable(repo, digest).await?;
+        if cache.blob_path(digest)?.is_file() {
+            self.ensure_readable(repo, digest, readers).await?;
         }
         let verified = self.pull_verified(repo, digest, cache).await?;
-        readers.record(repo, digest, reader);
+        readers.record(repo, digest, self.reader(&repo.registry)?);
         Ok(verified)
     }
 

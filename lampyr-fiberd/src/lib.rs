@@ -93,8 +93,6 @@ pub async fn run(
         client: client.clone(),
         registry,
         readers: ProvenReaders::default(),
-        plain_http_registries: config.plain_http_registries.clone(),
-        registry_ca: config.registry_ca.clone(),
         cache: Cache::new(&config.cache_dir),
         cache_max_bytes: config.cache_max_bytes,
         fleet_key: config.fleet_key.clone(),

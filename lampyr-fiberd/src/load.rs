@@ -9,11 +9,10 @@ use kube::Client;
 use kube::api::Api;
 use lampyr_api::{Home, HomeSpec};
 use lampyr_artifact::cache::Cache;
-use lampyr_artifact::credentials::Credentials;
 use lampyr_artifact::evict::Lease;
 use lampyr_artifact::readers::ProvenReaders;
 use lampyr_artifact::reference::Repository;
-use lampyr_artifact::registry::{RegistryAccess, RegistryClient};
+use lampyr_artifact::registry::RegistryClient;
 use lampyr_artifact::seal::{FleetKey, open_artifact};
 use lampyr_artifact::{ArtifactRef, VerifiedArtifact};
 use lampyr_fiber::LocalBackend;
@@ -36,9 +35,6 @@ pub(crate) struct Loader {
     /// Which credentials the registries gave which artifacts, so a cached copy is not
     /// handed to a Home whose credentials may not read it.
     pub(crate) readers: ProvenReaders,
-    /// What a Home's own client is made with, besides its credentials.
-    pub(crate) plain_http_registries: Vec<String>,
-    pub(crate) registry_ca: Option<Vec<u8>>,
     pub(crate) cache: Cache,
     /// Bytes the cache may hold beyond what loaded Homes lease.
     pub(crate) cache_max_bytes: u64,
@@ -110,12 +106,7 @@ impl Loader {
         let credentials = pull_credentials(&self.client, &namespace, &spec.image_pull_secrets, spec.service_account_name.as_deref())
             .await
             .map_err(LoadError::PullCredentials)?;
-        if matches!(credentials, Credentials::Anonymous) {
-            return Ok(self.registry.clone());
-        }
-        let access = RegistryAccess { credentials, ca_pem: self.registry_ca.clone() };
-        RegistryClient::with_access(self.plain_http_registries.clone(), access)
-            .map_err(|e| LoadError::Pull { reference: spec.artifact.clone(), source: Box::new(e) })
+        self.registry.with_credentials(credentials).map_err(|e| LoadError::Pull { reference: spec.artifact.clone(), source: Box::new(e) })
     }
 
     /// Evicts least-recently-used artifacts no loaded Home leases, down to the cache limit.

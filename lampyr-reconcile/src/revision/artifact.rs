@@ -184,7 +184,6 @@ pub struct Puller<'a> {
 pub struct ArtifactResolver {
     client: RegistryClient,
     plain_http: Vec<String>,
-    registry_ca: Option<Vec<u8>>,
     readers: ProvenReaders,
     cache_dir: PathBuf,
     cache_max_bytes: u64,
@@ -199,7 +198,6 @@ impl ArtifactResolver {
         Ok(ArtifactResolver {
             client: RegistryClient::new(plain_http.iter().cloned())?,
             plain_http: plain_http.to_vec(),
-            registry_ca: None,
             readers: ProvenReaders::default(),
             cache_dir: cache_dir.into(),
             cache_max_bytes: lampyr_artifact::evict::DEFAULT_MAX_BYTES,
@@ -216,9 +214,8 @@ impl ArtifactResolver {
 
     /// Trusts registries signed by the certificate authorities in `pem` besides the system's.
     pub fn with_registry_ca(mut self, pem: Option<Vec<u8>>) -> Result<Self, RegistryError> {
-        let access = RegistryAccess { credentials: Credentials::Anonymous, ca_pem: pem.clone() };
+        let access = RegistryAccess { credentials: Credentials::Anonymous, ca_pem: pem };
         self.client = RegistryClient::with_access(self.plain_http.iter().cloned(), access)?;
-        self.registry_ca = pem;
         Ok(self)
     }
 
@@ -268,22 +265,13 @@ impl ArtifactResolver {
         let credentials = pull_credentials(puller.client, puller.namespace, puller.secrets, puller.service_account)
             .await
             .map_err(|e| ArtifactProblem::Unreachable(format!("cannot pull with the Revision's registry credentials: {e}")))?;
-        if matches!(credentials, Credentials::Anonymous) {
-            return Ok(self.client.clone());
-        }
-        let access = RegistryAccess { credentials, ca_pem: self.registry_ca.clone() };
-        RegistryClient::with_access(self.plain_http.iter().cloned(), access).map_err(ArtifactProblem::from_registry)
+        self.client.with_credentials(credentials).map_err(ArtifactProblem::from_registry)
     }
 
     /// Makes sure the registry gives the artifact to `client`'s credentials, asking it
     /// unless it did before.
     async fn check_access(&self, client: &RegistryClient, repository: &Repository, digest: &str) -> Result<(), ArtifactProblem> {
-        let reader = client.reader(&repository.registry).map_err(ArtifactProblem::from_registry)?;
-        if !self.readers.may_read(repository, digest, &reader) {
-            client.check_readable(repository, digest).await.map_err(ArtifactProblem::from_registry)?;
-            self.readers.record(repository, digest, reader);
-        }
-        Ok(())
+        client.ensure_readable(repository, digest, &self.readers).await.map_err(ArtifactProblem::from_registry)
     }
 
     fn lookup(&self, canonical: &str) -> Option<Arc<ResolvedArtifact>> {
