@@ -339,11 +339,28 @@ pub(crate) fn owned_data_dir(prefix: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, and that this process has not been given
+/// before: the kernel may hand a just-released port out again, and two components told the
+/// same port (the webhook's HTTPS port and another's plain-HTTP metrics) would collide.
 pub fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding a loopback port: {e}"))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| format!("reading a bound port: {e}"))
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    // Ports refused stay bound until one is chosen, so the kernel offers others.
+    let mut refused = Vec::new();
+    for _ in 0..FREE_PORT_ATTEMPTS {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding a loopback port: {e}"))?;
+        let port = listener.local_addr().map(|a| a.port()).map_err(|e| format!("reading a bound port: {e}"))?;
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+        refused.push(listener);
+    }
+    Err(format!("the kernel offered only loopback ports this process was given before, {FREE_PORT_ATTEMPTS} times"))
 }
+
+/// How often [`free_port`] asks the kernel for a port it has not given out yet.
+const FREE_PORT_ATTEMPTS: usize = 64;
 
 /// A kubeconfig for `server` with the given `user:` stanza.
 pub(crate) fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &str) -> Result<(), String> {
