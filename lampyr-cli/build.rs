@@ -1,7 +1,8 @@
 //! Generates the Workspace bootstrap manifests `ly scaffold workspace` writes:
 //! upstream Knative Serving from the Knative modules `knative/go.mod` pins
 //! (found in Go's module cache, downloaded when missing) filtered to Lampyr's
-//! composition, and Lampyr's own from `config/` (see `lampyr-manifests`).
+//! composition, Lampyr's own from `config/`, and Knative Eventing unchanged
+//! (see `lampyr-manifests`).
 //! They are embedded in the binary, so `ly` needs no Go at run time.
 //!
 //! Also embeds what `ly new` writes: the guest SDK's sources (`lampyr-abi`, with its
@@ -48,6 +49,13 @@ fn main() {
     );
     let _ = writeln!(table, "/// The Knative release (images and version labels).");
     let _ = writeln!(table, "pub const KNATIVE_RELEASE: &str = {release:?};");
+    let eventing = lampyr_manifests::knative::release(&modules.eventing).unwrap_or_else(|e| fail(&e));
+    let _ = writeln!(table, "/// The eventing module and version, and its Knative release.");
+    let _ = writeln!(
+        table,
+        "pub const KNATIVE_EVENTING: &str = {:?};",
+        format!("{} {} (Knative {eventing})", modules.eventing.path, modules.eventing.version)
+    );
     write(&out.join("bundle.rs"), &table);
     embed_guest_sources(&repo, &out);
 }

@@ -87,7 +87,7 @@ fn env_count(name: &str, default: usize) -> usize {
 /// deploys `hello`; returns its live Service (to copy).
 async fn install_and_deploy(node: &Node, ly: &Ly<'_>, serving: &NodeIngress<'_>) -> Value {
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
-    let install = install_lampyr(node, ly, &images, DOMAIN).await.unwrap_or_else(|e| panic!("{e}"));
+    let install = install_lampyr(node, ly, &images, DOMAIN, &[]).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     ly.healthy_but_cert_manager(serving).await;
     let patch = json!({ "data": { "scale-to-zero-grace-period": "2s" } }).to_string();

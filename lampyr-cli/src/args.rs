@@ -110,7 +110,7 @@ pub enum ClusterCommand {
         /// Context, Workspace and settings.
         #[command(flatten)]
         options: ClusterOptions,
-        /// Install the shared Knative Eventing substrate (not yet supported).
+        /// Install the shared Knative Eventing substrate (the Workspace's k8s/knative-eventing-*.yaml).
         #[arg(long)]
         eventing: bool,
         /// External provider identity (not yet supported: omit it to use an existing context).

@@ -126,7 +126,12 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     refused(&env, &["install", approve, "--provider-config", path(&missing)], "controllerManifest");
     refused(&env, &["install", approve, "--provider-config", path(&missing)], "nowhere/controller.yaml does not exist");
     refused(&env, &["install", "--provider-config", path(&good)], "stdin is not a terminal");
-    refused(&env, &["install", approve, "--eventing", "--provider-config", path(&good)], "--eventing is not yet supported");
+    // A Workspace scaffolded before Eventing was carried has no Eventing files: --eventing says which.
+    let core = env.workspace.path().join("k8s/knative-eventing-core.yaml");
+    let aside = env.workspace.path().join("eventing-core.yaml");
+    std::fs::rename(&core, &aside).expect("move aside");
+    refused(&env, &["install", approve, "--eventing", "--provider-config", path(&good)], "k8s/knative-eventing-core.yaml");
+    std::fs::rename(&aside, &core).expect("move back");
     refused(&env, &["uninstall", approve, "--delete-cluster"], "no recorded provider");
     refused(&env, &["install", approve, "--provider", "azure", "--provider-config", path(&good)], "providers are not supported");
     let mirrors = "{\"localhost:5001\": {registry: \"reg-a:5000\", plainHttp: true}, \"localhost:5002\": {registry: \"reg-b:5000\", plainHttp: true}}";
@@ -198,20 +203,46 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     let health = env.ly(&["health"]);
     let table = health_table(&health);
     assert_eq!(health.status.code(), Some(1), "{}", text(&health));
-    for passes in ["api-server", "installation", "crds", "webhook", "fleet-key", "template-repository"] {
+    for passes in ["api-server", "installation", "crds", "webhook", "eventing", "fleet-key", "template-repository"] {
         assert_eq!(table.get(passes), Some(&true), "{passes} passes:\n{}", text(&health));
     }
+    assert!(text(&health).contains("not installed (`ly cluster install --eventing` installs it)"), "{}", text(&health));
     for fails in ["controllers", "router", "cert-manager"] {
         assert_eq!(table.get(fails), Some(&false), "{fails} fails:\n{}", text(&health));
     }
     assert!(text(&health).contains("lampyr-system/fiber-router 0/2 available"), "{}", text(&health));
-    assert!(stderr(&health).contains("3 of 9 health checks failed"), "{}", stderr(&health));
+    assert!(stderr(&health).contains("3 of 10 health checks failed"), "{}", stderr(&health));
 
     // Reinstall changes nothing.
     let versions = env.resource_versions();
     let again = env.ly(&["install", "--non-interactive", "--provider-config", path(&good)]);
     assert!(again.status.success(), "reinstall failed:\n{}", stderr(&again));
     assert_eq!(env.resource_versions(), versions, "a reinstall changes no object");
+
+    // --eventing adds Knative Eventing's objects; without a kubelet its Deployments are
+    // honestly not available. A reinstall without the flag leaves it installed.
+    let eventing = env.ly(&["install", "--non-interactive", "--eventing", "--provider-config", path(&good)]);
+    assert!(eventing.status.success(), "install --eventing failed:\n{}", stderr(&eventing));
+    assert!(stderr(&eventing).contains("==> applying Knative Eventing's CRDs"), "{}", stderr(&eventing));
+    for (resource, namespace) in [
+        ("customresourcedefinition/brokers.eventing.knative.dev", None),
+        ("customresourcedefinition/inmemorychannels.messaging.knative.dev", None),
+        ("deployment/eventing-webhook", Some("knative-eventing")),
+        ("deployment/mt-broker-ingress", Some("knative-eventing")),
+        ("deployment/imc-dispatcher", Some("knative-eventing")),
+    ] {
+        assert!(env.exists(resource, namespace), "{resource} is installed");
+    }
+    let without = env.ly(&["install", "--non-interactive", "--provider-config", path(&good)]);
+    assert!(without.status.success(), "reinstall failed:\n{}", stderr(&without));
+    let health = env.ly(&["health"]);
+    assert_eq!(health_table(&health).get("eventing"), Some(&false), "{}", text(&health));
+    assert!(text(&health).contains("knative-eventing/eventing-controller 0/1 available"), "{}", text(&health));
+    let broker = r#"{"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "metadata": {"name": "default", "namespace": "default"}}"#;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("broker.json"), broker).expect("write");
+    let made = env.kubectl(&["apply", "-f", path(&dir.path().join("broker.json"))]);
+    assert!(made.status.success(), "{}", stderr(&made));
 
     // A fleet key made by a deploy is checked, and removed by uninstall.
     let key = lampyr_artifact::seal::FleetKey::generate().to_secret_string();
@@ -236,6 +267,8 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     assert!(!env.exists("clusterrole/fiber-router", None));
     env.assert_nothing_installed("after uninstall");
     assert!(env.exists("customresourcedefinition/services.serving.knative.dev", None), "pre-existing Knative stays");
+    assert!(!env.exists("customresourcedefinition/brokers.eventing.knative.dev", None), "Eventing is removed");
+    assert!(!env.exists("namespace/knative-eventing", None), "Eventing's namespace is removed");
     assert!(env.exists("namespace/knative-serving", None));
 
     // Uninstall again: nothing left to do, still succeeds.

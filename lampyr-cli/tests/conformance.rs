@@ -209,7 +209,7 @@ async fn knatives_conformance_suites_give_the_documented_results() {
     let node = Node::shared();
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
     let ly = support::ly(node.cluster());
-    let install = install_lampyr(node, &ly, &images, DOMAIN).await.unwrap_or_else(|e| panic!("{e}"));
+    let install = install_lampyr(node, &ly, &images, DOMAIN, &[]).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     let docker_repo = publish_guests(node, &ly).await;
     apply_test_resources(&ly);

@@ -17,9 +17,11 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use lampyr_testenv::eventing::{job_sink_events, send_to_broker};
 use lampyr_testenv::node::{NodeIngress, install_lampyr};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root};
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 use support::{Ly, path, stderr, text};
 
@@ -167,6 +169,128 @@ async fn serves_a_domain_mapping_over_https(ly: &Ly<'_>, serving: &NodeIngress<'
     assert_eq!(text(&out), format!("https://{domain}"), "the DomainMapping's URL is HTTPS: {}", stderr(&out));
 }
 
+/// Applies `objects` with kubectl (each as a JSON file).
+fn apply(ly: &Ly<'_>, objects: &[Value]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, object) in objects.iter().enumerate() {
+        let file = dir.path().join(format!("{i}.json"));
+        std::fs::write(&file, object.to_string()).expect("write");
+        let out = ly.kubectl(&["apply", "-f", path(&file)]);
+        assert!(out.status.success(), "applying {object}: {}", stderr(&out));
+    }
+}
+
+/// Waits until Revision `default/revision` is scaled to zero (`Active=False`).
+async fn scaled_to_zero(ly: &Ly<'_>, serving: &NodeIngress<'_>, revision: &str) {
+    serving
+        .poll(&format!("{revision} scaled to zero (Active=False)"), Duration::from_secs(1), async || {
+            let condition = "jsonpath={.status.conditions[?(@.type==\"Active\")].status}";
+            let out = ly.kubectl(&["get", "revisions.serving.knative.dev", revision, "-n", "default", "-o", condition]);
+            (text(&out) == "False").then_some(())
+        })
+        .await;
+}
+
+/// Waits until JobSink `default/sink` holds an event matching `wanted`; returns it.
+async fn received(ly: &Ly<'_>, serving: &NodeIngress<'_>, sink: &str, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    serving
+        .poll(&format!("JobSink {sink} receiving {what}"), Duration::from_secs(1), async || {
+            let events = job_sink_events(ly.cluster, "default", sink).unwrap_or_else(|e| panic!("{e}"));
+            events.into_iter().find(|e| wanted(e))
+        })
+        .await
+}
+
+/// A structured-mode CloudEvent of `ty` from `source` with JSON `data`.
+fn event(id: &str, source: &str, ty: &str, data: Value) -> Value {
+    json!({ "specversion": "1.0", "id": id, "source": source, "type": ty, "datacontenttype": "application/json", "data": data })
+}
+
+/// Knative Eventing, installed by `ly cluster install --eventing`, delivering to `examples/events`
+/// in fibers: a PingSource's tick through the default Broker wakes the Service from zero and
+/// its reply event comes back through the Broker to a JobSink; a Trigger filter passes only
+/// the events it names; an event the subscriber refuses (400) goes to the dead-letter sink.
+/// JobSinks (upstream's sink that keeps each event in a Secret) are where the test reads them.
+async fn delivers_events_to_fibers(ly: &Ly<'_>, serving: &NodeIngress<'_>, images: &RuntimeImages) {
+    let deployed = ly.deploy(&[path(&repo_root().join("examples/events")), "--timeout", "300"]);
+    assert!(deployed.status.success(), "deploying events failed:\n{}\n{}", stderr(&deployed), serving.lampyr_logs());
+    // A JobSink runs a Job per event; this one's Job only prints a usage and exits.
+    let job_sink = |name: &str| {
+        json!({
+            "apiVersion": "sinks.knative.dev/v1alpha1", "kind": "JobSink",
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": { "job": { "spec": { "completions": 1, "parallelism": 1, "template": { "spec": {
+                "restartPolicy": "Never",
+                "containers": [{ "name": "ack", "image": images.get("fiber-router").reference, "args": ["--help"] }],
+            } } } } },
+        })
+    };
+    let sink = |name: &str| json!({ "apiVersion": "sinks.knative.dev/v1alpha1", "kind": "JobSink", "name": name });
+    // The objects users apply (examples/events/eventing.yaml), the PingSource held back until
+    // events is at zero, the greet Trigger narrowed to one source and given a dead-letter sink
+    // before it is applied; then JobSinks and a Trigger sending the greetings to one.
+    let example = std::fs::read_to_string(repo_root().join("examples/events/eventing.yaml")).expect("read eventing.yaml");
+    let mut objects: Vec<Value> = serde_yaml::Deserializer::from_str(&example).map(|d| Value::deserialize(d).expect("YAML")).collect();
+    let greet = objects.iter_mut().find(|o| o["metadata"]["name"] == "events-greet").expect("eventing.yaml has Trigger events-greet");
+    assert_eq!(greet["spec"]["filter"]["attributes"], json!({ "type": "dev.lampyr.greet" }), "{greet:#}");
+    greet["spec"]["filter"]["attributes"]["source"] = json!("/node-test/friends");
+    greet["spec"]["delivery"] =
+        json!({ "deadLetterSink": { "ref": sink("dead-letters") }, "retry": 1, "backoffPolicy": "linear", "backoffDelay": "PT0.2S" });
+    let (pings, rest): (Vec<Value>, Vec<Value>) = objects.into_iter().partition(|o| o["kind"] == "PingSource");
+    apply(ly, &[job_sink("replies"), job_sink("dead-letters")]);
+    apply(ly, &rest);
+    apply(
+        ly,
+        &[json!({
+            "apiVersion": "eventing.knative.dev/v1", "kind": "Trigger",
+            "metadata": { "name": "greetings", "namespace": "default" },
+            "spec": { "broker": "default", "filter": { "attributes": { "type": "dev.lampyr.greeting" } }, "subscriber": { "ref": sink("replies") } },
+        })],
+    );
+    serving
+        .poll("the Broker, its Triggers and the JobSinks Ready", Duration::from_secs(1), async || {
+            let ready = "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\" \"}{end}";
+            let out = ly.kubectl(&[
+                "get",
+                "brokers.eventing.knative.dev,triggers.eventing.knative.dev,jobsinks.sinks.knative.dev",
+                "-n",
+                "default",
+                "-o",
+                ready,
+            ]);
+            let states: Vec<String> = text(&out).split_whitespace().map(str::to_string).collect();
+            (states.len() == 6 && states.iter().all(|s| s == "True")).then_some(())
+        })
+        .await;
+
+    // The PingSource's tick, through the Broker, wakes events from zero; its reply comes back.
+    scaled_to_zero(ly, serving, "events-00001").await;
+    assert_eq!(pings.len(), 1, "eventing.yaml has one PingSource");
+    apply(ly, &pings);
+    let greeting = received(ly, serving, "replies", "a PingSource tick's greeting", |e| e["subject"] == "Ping").await;
+    assert_eq!(greeting["type"], "dev.lampyr.greeting", "{greeting:#}");
+    assert_eq!(greeting["data"], json!({ "greeting": "Hello Ping!" }), "{greeting:#}");
+    let out = ly.kubectl(&["delete", "pingsources.sources.knative.dev/greeter", "-n", "default"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The filter: only the friends' greet events reach events; a refused one is dead-lettered.
+    let friends = "/node-test/friends";
+    for sent in [
+        event("stranger-1", "/node-test/strangers", "dev.lampyr.greet", json!({ "name": "Stranger" })),
+        event("friend-1", friends, "dev.lampyr.greet", json!({ "name": "Ada" })),
+        event("friend-2", friends, "dev.lampyr.greet", json!({ "who": "nobody" })),
+    ] {
+        send_to_broker(ly.cluster, "default", "default", &sent).await.unwrap_or_else(|e| panic!("{e}\n{}", serving.lampyr_logs()));
+    }
+    let ada = received(ly, serving, "replies", "Ada's greeting", |e| e["subject"] == "Ada").await;
+    assert_eq!((ada["id"].as_str(), &ada["data"]), (Some("friend-1-greeting"), &json!({ "greeting": "Hello Ada!" })), "{ada:#}");
+    let dead = received(ly, serving, "dead-letters", "the refused event", |e| e["id"] == "friend-2").await;
+    assert_eq!(dead["data"], json!({ "who": "nobody" }), "the dead letter is the event as sent: {dead:#}");
+    assert_eq!(dead["knativeerrorcode"], "400", "the dead letter says the subscriber answered 400: {dead:#}");
+    let replies = job_sink_events(ly.cluster, "default", "replies").unwrap_or_else(|e| panic!("{e}"));
+    assert!(!replies.iter().any(|e| e["subject"] == "Stranger"), "the filter let the stranger's event through: {replies:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() {
     let node = Node::shared();
@@ -179,14 +303,15 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
     let ly = support::ly(node.cluster());
     let registry = node.registry().host();
-    let install = install_lampyr(node, &ly, &images, DOMAIN).await.unwrap_or_else(|e| panic!("{e}"));
+    let install = install_lampyr(node, &ly, &images, DOMAIN, &["--eventing"]).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     let policy = ly.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
     assert!(text(&policy).contains("ghcr.io/hyperlight-dev/lampyr/fiberd"), "the GrantPolicy admits the built images: {}", text(&policy));
 
-    // 3. Health: everything passes but cert-manager, from components that really run.
+    // 3. Health: everything passes but cert-manager, from components that really run
+    //    (Knative Eventing's too: install had --eventing).
     ly.healthy_but_cert_manager(&serving).await;
-    assert_real_containers(&ly, &images, &["lampyr-system", "knative-serving"]);
+    assert_real_containers(&ly, &images, &["lampyr-system", "knative-serving", "knative-eventing"]);
 
     // Scale to zero after 6 s without traffic, through Knative's own configuration.
     let patch = json!({ "data": { "scale-to-zero-grace-period": "6s" } }).to_string();
@@ -267,6 +392,9 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
         .await;
     assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Node!\n");
 
+    // 6b. Knative Eventing delivering to a fiber Service at zero (`delivers_events_to_fibers`).
+    delivers_events_to_fibers(&ly, &serving, &images).await;
+
     // 7. Kill the fiberd container of a grant Pod: the kubelet restarts it; requests recover
     //    and the Service's status converges.
     let (pod, container, restarts) = grant_fiberd(&ly, "default", "hello-00002");
@@ -325,6 +453,14 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
         "--ignore-not-found",
     ]);
     assert_eq!(text(&cluster_scoped), "", "cluster objects of Lampyr remain");
+    for (resource, namespace) in [
+        ("customresourcedefinition/brokers.eventing.knative.dev", None),
+        ("customresourcedefinition/jobsinks.sinks.knative.dev", None),
+        ("namespace/knative-eventing", None),
+        ("validatingwebhookconfiguration/validation.webhook.eventing.knative.dev", None),
+    ] {
+        assert!(!ly.exists(resource, namespace), "uninstall removes Knative Eventing's {resource}");
+    }
     let pull_secrets =
         ly.kubectl(&["get", "secrets", "--all-namespaces", "--field-selector", "type=kubernetes.io/dockerconfigjson", "-o", "name"]);
     assert_eq!(text(&pull_secrets), "", "image-pull Secrets remain");

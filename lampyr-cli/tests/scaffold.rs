@@ -10,13 +10,17 @@ use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The Workspace's files, in the order `ly` lists them.
-const FILES: [&str; 8] = [
+const FILES: [&str; 12] = [
     "k8s/knative-serving-crds.yaml",
     "k8s/knative-serving-core.yaml",
     "k8s/lampyr-crds.yaml",
     "k8s/lampyr-knative-controller.yaml",
     "k8s/lampyr-controller.yaml",
     "k8s/fiber-router.yaml",
+    "k8s/knative-eventing-crds.yaml",
+    "k8s/knative-eventing-core.yaml",
+    "k8s/knative-eventing-in-memory-channel.yaml",
+    "k8s/knative-eventing-mt-channel-broker.yaml",
     "k8s/platform.yaml",
     "k8s/README.md",
 ];
@@ -92,6 +96,8 @@ fn scaffolding_writes_every_file_and_every_document_is_a_kubernetes_object() {
         let source = header.iter().find(|l| l.starts_with("# Source: ")).unwrap_or_else(|| panic!("{file}: no Source line"));
         let names_version = if file.contains("knative-serving") {
             source.contains("knative.dev/serving v0.42.2 (Knative 1.15.2)")
+        } else if file.contains("knative-eventing") {
+            source.contains("knative.dev/eventing v0.42.3 (Knative 1.15.3)")
         } else {
             source.contains(&format!("Lampyr {}, config/", env!("CARGO_PKG_VERSION")))
         };

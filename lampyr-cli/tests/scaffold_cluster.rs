@@ -47,6 +47,10 @@ async fn the_scaffolded_manifests_are_accepted_by_the_api_server() {
         "lampyr-knative-controller.yaml",
         "lampyr-controller.yaml",
         "fiber-router.yaml",
+        "knative-eventing-crds.yaml",
+        "knative-eventing-core.yaml",
+        "knative-eventing-in-memory-channel.yaml",
+        "knative-eventing-mt-channel-broker.yaml",
     ];
     for file in files {
         let applied = dry_run_apply(cluster, &k8s.join(file)).unwrap_or_else(|e| panic!("{file} was refused:\n{e}"));

@@ -79,7 +79,9 @@ async fn the_events_example_answers_a_cloudevent_with_a_reply_event_in_a_fiber()
     assert_eq!(reply_header("ce-type").as_deref(), Some("dev.lampyr.greeting"));
     assert_eq!(reply_header("ce-id").as_deref(), Some("ping-7-greeting"));
     assert_eq!(body(&reply), r#"{"greeting":"Hello Fiber!"}"#);
-    let ack = pool.invoke(delivery("dev.knative.sources.ping"), in_secs(30)).await.expect("answers");
+    let tick = pool.invoke(delivery("dev.knative.sources.ping"), in_secs(30)).await.expect("answers");
+    assert_eq!((tick.status, body(&tick).as_str()), (200, r#"{"greeting":"Hello Fiber!"}"#), "a PingSource tick is greeted too");
+    let ack = pool.invoke(delivery("dev.example.other"), in_secs(30)).await.expect("answers");
     assert_eq!((ack.status, ack.body.len()), (202, 0), "acknowledged without a reply");
     let not_an_event =
         pool.invoke(Request { method: "POST".into(), uri: "/".into(), ..Request::default() }, in_secs(30)).await.expect("answers");

@@ -92,6 +92,8 @@ pub struct Component {
 const RUST_USAGE: (&[&str], &[&str]) = (&["--help"], &[]);
 const KO_ENV: &[&str] = &["KO_DATA_PATH=/var/run/ko"];
 const KO_DIRS: &[(&str, u32)] = &[(KO_DATA_PATH, 0o755)];
+/// Knative webhooks refuse to start (even for -h) without `WEBHOOK_NAME`, which their Deployments set.
+const WEBHOOK_ENV: &[&str] = &["WEBHOOK_NAME=webhook"];
 
 /// Every runtime image.
 ///
@@ -103,7 +105,9 @@ const KO_DIRS: &[(&str, u32)] = &[(KO_DATA_PATH, 0o755)];
 /// - The rest talk only to the API server (its CA comes with the service account).
 /// - The Go binaries are static (`CGO_ENABLED=0`) and get ko's `KO_DATA_PATH`,
 ///   as upstream's images do.
-pub const COMPONENTS: [Component; 7] = [
+/// - Knative Eventing's (`ly cluster install --eventing`) are named as its
+///   release's manifests name them, like Serving's webhook.
+pub const COMPONENTS: [Component; 16] = [
     Component {
         name: "fiberd",
         naming: Naming::Lampyr { repository: "fiberd" },
@@ -172,10 +176,39 @@ pub const COMPONENTS: [Component; 7] = [
         registry_tls: false,
         env: KO_ENV,
         directories: KO_DIRS,
-        // It refuses to start (even for -h) without WEBHOOK_NAME, which its Deployment sets.
-        usage: (&["-h"], &["WEBHOOK_NAME=webhook"]),
+        usage: (&["-h"], WEBHOOK_ENV),
     },
+    eventing("eventing-controller", ("eventing-controller", "eventing-controller"), "eventing-controller", &[]),
+    eventing("eventing-webhook", ("eventing-webhook", "eventing-webhook"), "eventing-webhook", WEBHOOK_ENV),
+    eventing("eventing-mt-broker-controller", ("mt-broker-controller", "mt-broker-controller"), "eventing-mtchannel_broker", &[]),
+    eventing("eventing-broker-ingress", ("mt-broker-ingress", "ingress"), "eventing-broker-ingress", &[]),
+    eventing("eventing-broker-filter", ("mt-broker-filter", "filter"), "eventing-broker-filter", &[]),
+    eventing("eventing-imc-controller", ("imc-controller", "controller"), "eventing-in_memory-channel_controller", WEBHOOK_ENV),
+    eventing("eventing-imc-dispatcher", ("imc-dispatcher", "dispatcher"), "eventing-in_memory-channel_dispatcher", &[]),
+    eventing("eventing-pingsource-adapter", ("pingsource-mt-adapter", "dispatcher"), "eventing-mtping", &[]),
+    eventing("eventing-job-sink", ("job-sink", "job-sink"), "eventing-jobsink", &[]),
 ];
+
+/// A Knative Eventing image: the binary `scripts/cluster-bins` calls `binary`, named
+/// as container `container` of Deployment `knative-eventing/deployment` names it.
+/// `usage_env`: what it needs to print its usage (its Deployment sets it).
+const fn eventing(
+    name: &'static str,
+    (deployment, container): (&'static str, &'static str),
+    binary: &'static str,
+    usage_env: &'static [&'static str],
+) -> Component {
+    Component {
+        name,
+        naming: Naming::KnativeManifest { namespace: lampyr_manifests::eventing::NAMESPACE, deployment, container },
+        origin: Origin::Go { name: binary },
+        user: User::NonRoot,
+        registry_tls: false,
+        env: KO_ENV,
+        directories: KO_DIRS,
+        usage: (&["-h"], usage_env),
+    }
+}
 
 /// The component called `name`, or an error listing the names.
 pub fn component(name: &str) -> Result<&'static Component, Error> {
@@ -267,13 +300,15 @@ impl Component {
 }
 
 /// The image of container `container` of Deployment `namespace/deployment` in
-/// the Knative Serving core manifests a Workspace installs (`ko://` references
-/// resolved to the release's images by `lampyr-manifests`).
+/// the Knative Serving core or Eventing manifests a Workspace installs (`ko://`
+/// references resolved to the release's images by `lampyr-manifests`).
 pub fn knative_image(knative_module: &Path, namespace: &str, deployment: &str, container: &str) -> Result<String, Error> {
     let modules = KnativeModules::locate(knative_module)?;
-    let core = lampyr_manifests::knative::core(&modules)?;
-    let found = core
-        .kept
+    let mut documents = lampyr_manifests::knative::core(&modules)?.kept;
+    if namespace == lampyr_manifests::eventing::NAMESPACE {
+        documents = lampyr_manifests::eventing::all(&modules)?;
+    }
+    let found = documents
         .iter()
         .find(|d| d.kind() == "Deployment" && d.namespace() == Some(namespace) && d.name() == deployment)
         .and_then(|d| d.object.pointer("/spec/template/spec/containers")?.as_array().cloned())
@@ -283,7 +318,7 @@ pub fn knative_image(knative_module: &Path, namespace: &str, deployment: &str, c
         });
     found.ok_or_else(|| {
         Error::Manifests(lampyr_manifests::Error::Inconsistent(format!(
-            "the Knative Serving core manifests have no Deployment {namespace}/{deployment} with a container {container} naming an image"
+            "the Knative Serving core and Eventing manifests have no Deployment {namespace}/{deployment} with a container {container} naming an image"
         )))
     })
 }

@@ -16,8 +16,24 @@ use lampyr_testenv::containerd::{Containerd, ContainerdOptions, RunOptions};
 use lampyr_testenv::{TestRegistry, repo_root, workspace_binary};
 
 /// Every image of the catalog: each test covers each of them.
-const TESTED: [&str; 7] =
-    ["fiberd", "fiberd-helper", "fiber-router", "lampyr-controller", "fiberd-k8s-controller", "knative-controller", "knative-webhook"];
+const TESTED: [&str; 16] = [
+    "fiberd",
+    "fiberd-helper",
+    "fiber-router",
+    "lampyr-controller",
+    "fiberd-k8s-controller",
+    "knative-controller",
+    "knative-webhook",
+    "eventing-controller",
+    "eventing-webhook",
+    "eventing-mt-broker-controller",
+    "eventing-broker-ingress",
+    "eventing-broker-filter",
+    "eventing-imc-controller",
+    "eventing-imc-dispatcher",
+    "eventing-pingsource-adapter",
+    "eventing-job-sink",
+];
 
 fn tested() -> Vec<&'static Component> {
     TESTED.iter().map(|name| catalog::component(name).expect("in the catalog")).collect()
@@ -59,12 +75,17 @@ fn every_catalog_image_is_tested() {
 }
 
 #[test]
-fn the_webhook_image_is_named_as_the_workspace_manifests_name_it() {
+fn upstream_images_are_named_as_the_workspace_manifests_name_them() {
     let webhook = catalog::component("knative-webhook").expect("listed");
     let reference = webhook.reference(&repo_root().join("knative")).unwrap_or_else(|e| panic!("{e}"));
     let modules = lampyr_manifests::KnativeModules::locate(&repo_root().join("knative")).expect("modules");
     let release = lampyr_manifests::knative::release(&modules.serving).expect("release");
     assert_eq!(reference, format!("gcr.io/knative-releases/knative.dev/serving/cmd/webhook:v{release}"));
+    let release = lampyr_manifests::knative::release(&modules.eventing).expect("release");
+    for (name, command) in [("eventing-broker-ingress", "broker/ingress"), ("eventing-pingsource-adapter", "mtping")] {
+        let reference = catalog::component(name).expect("listed").reference(&repo_root().join("knative")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reference, format!("gcr.io/knative-releases/knative.dev/eventing/cmd/{command}:v{release}"), "{name}");
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::document::{Document, parse, read};
 use crate::filter::service_account;
 use crate::knative::LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;
-use crate::{Error, KnativeModules, knative};
+use crate::{Error, KnativeModules, eventing, knative};
 
 /// One file of `k8s/`.
 #[derive(Clone, Debug)]
@@ -42,7 +42,8 @@ const LAMPYR_FILES: [(&str, &str, &str); 4] = [
 
 /// The files of `k8s/`, in the order they are applied: Knative's CRDs and
 /// filtered core from `modules`, then Lampyr's from `config_dir` (the
-/// repository's `config/`). `lampyr_version` is named in every header.
+/// repository's `config/`), then Knative Eventing's ([`eventing::PARTS`], applied
+/// only with `--eventing`). `lampyr_version` is named in every header.
 ///
 /// Checks what it produces: every file parses back into the same objects, and
 /// every ServiceAccount a workload runs as is defined in some file.
@@ -98,6 +99,21 @@ pub fn bundle(modules: &KnativeModules, config_dir: &Path, lampyr_version: &str)
         let documents = read(&config_dir.join(path), &format!("config/{path}"))?;
         let header = format!("Source: Lampyr {lampyr_version}, config/{path}.\n{written_by}");
         files.push(render(name, about, &header, &documents, false));
+    }
+
+    let eventing_release = knative::release(&modules.eventing)?;
+    let source = format!("{} {} (Knative {eventing_release})", modules.eventing.path, modules.eventing.version);
+    for part in &eventing::PARTS {
+        let documents = eventing::documents(modules, part)?;
+        let except = part.except.map(|e| format!(" (all but {e}/)")).unwrap_or_default();
+        let header = format!(
+            "Source: {source}, {}/{except}, unchanged;\n\
+             \x20       ko:// images resolved to the Knative {eventing_release} release's ({}).\n\
+             Applied by `ly cluster install --eventing` only.\n{written_by}",
+            part.dir,
+            knative::RELEASE_REGISTRY,
+        );
+        files.push(render(part.file, part.about, &header, &documents, true));
     }
     check(&files)?;
     Ok(files)

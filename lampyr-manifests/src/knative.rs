@@ -33,11 +33,11 @@ pub const CONFIG_NETWORK: &str = "config/config-network.yaml";
 /// controller account, which upstream's RBAC grants what the reconcilers need.
 pub const LAMPYR_KNATIVE_CONTROLLER_ACCOUNT: (&str, &str) = ("knative-serving", "controller");
 
-/// The Knative release a `knative.dev/serving` version belongs to:
-/// module `v0.N.P` is Knative `1.(N-27).P` (`v0.42.2` is `1.15.2`).
-pub fn release(serving: &Module) -> Result<String, Error> {
-    let invalid = || Error::Version { module: serving.path.clone(), version: serving.version.clone() };
-    let rest = serving.version.strip_prefix("v0.").ok_or_else(invalid)?;
+/// The Knative release a `knative.dev/serving` (or `knative.dev/eventing`) version
+/// belongs to: module `v0.N.P` is Knative `1.(N-27).P` (`v0.42.2` is `1.15.2`).
+pub fn release(module: &Module) -> Result<String, Error> {
+    let invalid = || Error::Version { module: module.path.clone(), version: module.version.clone() };
+    let rest = module.version.strip_prefix("v0.").ok_or_else(invalid)?;
     let (minor, patch) = rest.split_once('.').ok_or_else(invalid)?;
     let minor: u32 = minor.parse().map_err(|_| invalid())?;
     let patch: u32 = patch.parse().map_err(|_| invalid())?;
@@ -105,14 +105,14 @@ pub fn core(modules: &KnativeModules) -> Result<Filtered, Error> {
     Ok(filter(core_documents(modules)?, &[LAMPYR_KNATIVE_CONTROLLER_ACCOUNT]))
 }
 
-fn read_module_file(module: &Module, relative: &str, release: &str) -> Result<Vec<Document>, Error> {
+pub(crate) fn read_module_file(module: &Module, relative: &str, release: &str) -> Result<Vec<Document>, Error> {
     let path = module.dir.join(relative);
     let text = std::fs::read_to_string(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
     parse(&resolve_release(&text, release), &format!("{}@{}/{relative}", module.path, module.version))
 }
 
 /// The `.yaml` files under `dir` (relative to `root`), recursively, sorted, as `/`-joined relative paths.
-fn yaml_files(root: &Path, dir: &str) -> Result<Vec<String>, Error> {
+pub(crate) fn yaml_files(root: &Path, dir: &str) -> Result<Vec<String>, Error> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), Error> {
         let entries = std::fs::read_dir(root.join(dir)).map_err(|source| Error::Read { path: root.join(dir), source })?;
         for entry in entries {

@@ -3,6 +3,7 @@
 //!
 //! - [`KnativeModules`] finds the Knative Go modules `knative/go.mod` pins, in
 //!   Go's module cache (downloading them when they are missing).
+//! - [`eventing`] reads Knative Eventing's the same way, for `ly cluster install --eventing`.
 //! - [`knative`] reads their `config/` manifests, resolves `ko://` image
 //!   references to the Knative release images, and [`filter`] removes the stock
 //!   controller, activator and autoscaler (Lampyr runs its own controllers).
@@ -15,6 +16,7 @@
 
 mod bundle;
 mod document;
+pub mod eventing;
 pub mod filter;
 pub mod knative;
 mod modules;
@@ -88,9 +90,9 @@ pub enum Error {
         /// What is missing.
         what: String,
     },
-    /// The serving module's version does not map to a Knative release.
+    /// The serving (or eventing) module's version does not map to a Knative release.
     #[error(
-        "cannot tell the Knative release of {module} {version} (expected v0.N.P with N >= 27, Knative 1.(N-27).P); pin a released knative.dev/serving in knative/go.mod"
+        "cannot tell the Knative release of {module} {version} (expected v0.N.P with N >= 27, Knative 1.(N-27).P); pin a released {module} in knative/go.mod"
     )]
     Version {
         /// The module path.

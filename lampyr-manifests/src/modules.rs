@@ -12,6 +12,9 @@ pub const SERVING: &str = "knative.dev/serving";
 /// The module whose `config/` holds the networking CRDs and `config-network`.
 pub const NETWORKING: &str = "knative.dev/networking";
 
+/// The module whose `config/` holds Knative Eventing's manifests.
+pub const EVENTING: &str = "knative.dev/eventing";
+
 /// One Go module in the module cache.
 #[derive(Clone, Debug)]
 pub struct Module {
@@ -23,13 +26,15 @@ pub struct Module {
     pub dir: PathBuf,
 }
 
-/// The pinned `knative.dev/serving` and `knative.dev/networking` modules.
+/// The pinned `knative.dev/serving`, `knative.dev/networking` and `knative.dev/eventing` modules.
 #[derive(Clone, Debug)]
 pub struct KnativeModules {
     /// `knative.dev/serving`.
     pub serving: Module,
     /// `knative.dev/networking`.
     pub networking: Module,
+    /// `knative.dev/eventing`.
+    pub eventing: Module,
 }
 
 impl KnativeModules {
@@ -43,7 +48,7 @@ impl KnativeModules {
             go(go_module_dir, &["mod", "download", path])?;
             list(go_module_dir, path)?.ok_or_else(|| Error::ModuleMissing { module: path.to_string(), dir: go_module_dir.to_path_buf() })
         };
-        Ok(KnativeModules { serving: module(SERVING)?, networking: module(NETWORKING)? })
+        Ok(KnativeModules { serving: module(SERVING)?, networking: module(NETWORKING)?, eventing: module(EVENTING)? })
     }
 }
 

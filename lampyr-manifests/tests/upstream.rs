@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lampyr_manifests::{Document, KnativeModules, bundle, knative};
+use lampyr_manifests::{Document, KnativeModules, bundle, eventing, knative};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -141,12 +141,18 @@ fn the_bundle_names_its_sources_and_parses_back() {
             "lampyr-knative-controller.yaml",
             "lampyr-controller.yaml",
             "fiber-router.yaml",
+            "knative-eventing-crds.yaml",
+            "knative-eventing-core.yaml",
+            "knative-eventing-in-memory-channel.yaml",
+            "knative-eventing-mt-channel-broker.yaml",
         ]
     );
     for file in &files {
         assert!(file.text.starts_with(&format!("# k8s/{}: ", file.name)), "{}", file.name);
         let header: String = file.text.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n");
-        let source = if file.name.starts_with("knative-") {
+        let source = if file.name.starts_with("knative-eventing-") {
+            format!("knative.dev/eventing {} (Knative 1.15.3)", modules.eventing.version)
+        } else if file.name.starts_with("knative-") {
             format!("knative.dev/serving {} (Knative 1.15.2)", modules.serving.version)
         } else {
             "Lampyr 9.9.9, config/".to_string()
@@ -160,4 +166,71 @@ fn the_bundle_names_its_sources_and_parses_back() {
     assert!(core.contains("# Source: knative.dev/serving@v0.42.2/config/core/deployments/webhook.yaml"));
     // Upstream's licence headers travel with their documents.
     assert!(core.contains("Licensed under the Apache License, Version 2.0"));
+}
+
+#[test]
+fn the_eventing_substrate_is_upstreams_release_split_unchanged() {
+    let modules = modules();
+    let part = |file: &str| {
+        let part = eventing::PARTS.iter().find(|p| p.file == file).expect("listed");
+        eventing::documents(&modules, part).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let crds = part("knative-eventing-crds.yaml");
+    assert!(crds.iter().all(|d| d.kind() == "CustomResourceDefinition"));
+    let crd_names = ids(&crds);
+    for crd in [
+        "brokers.eventing.knative.dev",
+        "triggers.eventing.knative.dev",
+        "pingsources.sources.knative.dev",
+        "subscriptions.messaging.knative.dev",
+    ] {
+        assert!(crd_names.contains(&format!("CustomResourceDefinition {crd}")), "no {crd}: {crd_names:?}");
+    }
+    let workloads = |documents: &[Document]| -> Vec<(String, String)> {
+        documents
+            .iter()
+            .filter(|d| d.kind() == "Deployment")
+            .flat_map(|d| {
+                let containers = d.object.pointer("/spec/template/spec/containers").and_then(|c| c.as_array()).cloned().unwrap_or_default();
+                containers.into_iter().map(move |c| (d.id(), c["image"].as_str().unwrap_or_default().to_string()))
+            })
+            .collect()
+    };
+    let release = |cmd: &str| format!("gcr.io/knative-releases/knative.dev/eventing/cmd/{cmd}:v1.15.3");
+    let deployment = |name: &str| format!("Deployment knative-eventing/{name}");
+    let expected = [
+        (
+            "knative-eventing-core.yaml",
+            vec![
+                (deployment("eventing-controller"), release("controller")),
+                (deployment("job-sink"), release("jobsink")),
+                (deployment("pingsource-mt-adapter"), release("mtping")),
+                (deployment("eventing-webhook"), release("webhook")),
+            ],
+        ),
+        (
+            "knative-eventing-in-memory-channel.yaml",
+            vec![
+                (deployment("imc-controller"), release("in_memory/channel_controller")),
+                (deployment("imc-dispatcher"), release("in_memory/channel_dispatcher")),
+            ],
+        ),
+        (
+            "knative-eventing-mt-channel-broker.yaml",
+            vec![
+                (deployment("mt-broker-filter"), release("broker/filter")),
+                (deployment("mt-broker-ingress"), release("broker/ingress")),
+                (deployment("mt-broker-controller"), release("mtchannel_broker")),
+            ],
+        ),
+    ];
+    for (file, want) in expected {
+        let documents = part(file);
+        assert_eq!(workloads(&documents), want, "{file}");
+        assert!(documents.iter().all(|d| d.kind() != "CustomResourceDefinition" || file.contains("in-memory")), "{file} holds CRDs");
+        assert!(!documents.iter().any(|d| d.text.contains("ko://")), "{file} keeps a ko:// reference");
+    }
+    let core = part("knative-eventing-core.yaml");
+    let controller = core.iter().find(|d| d.id() == deployment("eventing-controller")).expect("controller");
+    assert!(controller.text.contains(&release("apiserver_receive_adapter")), "the ApiServerSource adapter image is resolved too");
 }

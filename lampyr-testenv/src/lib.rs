@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod conformance;
 pub mod containerd;
 pub mod crate_graph;
+pub mod eventing;
 pub mod guests;
 pub mod installed;
 pub mod knative_services;

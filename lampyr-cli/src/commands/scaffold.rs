@@ -14,7 +14,7 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/bundle.rs"));
 }
 
-pub use embedded::{KNATIVE_NETWORKING, KNATIVE_RELEASE, KNATIVE_SERVING};
+pub use embedded::{KNATIVE_EVENTING, KNATIVE_NETWORKING, KNATIVE_RELEASE, KNATIVE_SERVING};
 
 /// The Workspace directory holding the bootstrap manifests.
 pub const K8S_DIR: &str = "k8s";
@@ -213,6 +213,10 @@ fn readme(files: &[WorkspaceFile]) -> String {
          its source: the Knative ones come from {KNATIVE_SERVING} (Knative {KNATIVE_RELEASE}) and\n\
          {KNATIVE_NETWORKING}, as Knative {KNATIVE_RELEASE}'s release publishes them\n\
          (images `gcr.io/knative-releases/...:v{KNATIVE_RELEASE}`); Lampyr's come from its own repository.\n\
+         \n\
+         The `knative-eventing-*.yaml` files are applied only by `ly cluster install --eventing`:\n\
+         Knative Eventing from {KNATIVE_EVENTING}, unchanged, split as its release splits it\n\
+         (CRDs, core, the in-memory channel, the multi-tenant channel-based Broker).\n\
          \n\
          `knative-serving-core.yaml` is upstream's core without the stock controller, activator and\n\
          autoscaler: Lampyr's Knative controller, lampyr-controller and fiber-router do their work.\n\

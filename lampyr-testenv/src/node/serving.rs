@@ -10,8 +10,10 @@ use crate::knative_services::Serving;
 use crate::ly::{Ly, path};
 use crate::runtime_images::RuntimeImages;
 
-/// The Pods whose logs a failure message shows: Lampyr's components and grant Pods.
-const LOGGED_PODS: [&str; 2] = ["app.kubernetes.io/part-of=lampyr", "app.kubernetes.io/name=fiberd"];
+/// The Pods whose logs a failure message shows: Lampyr's components, grant Pods and Knative
+/// Eventing's (when installed).
+const LOGGED_PODS: [&str; 3] =
+    ["app.kubernetes.io/part-of=lampyr", "app.kubernetes.io/name=fiberd", "app.kubernetes.io/name=knative-eventing"];
 
 /// Lampyr as `ly cluster install` left it on a [`Node`], served through NodePort `port`.
 pub struct NodeIngress<'a> {
@@ -69,8 +71,9 @@ fn output(mut command: Command) -> String {
 /// node's registry, which the node's containerd mirrors for the registries they are named
 /// under (the kubelet pulls each, by tag, and the grant Pods' by digest); a `platform.yaml`
 /// naming them (`grantImage` and `helperImage` pinned by digest), templates in the node's
-/// registry, Services under `domain`; then `ly cluster install`. Returns install's output.
-pub async fn install_lampyr(node: &Node, ly: &Ly<'_>, images: &RuntimeImages, domain: &str) -> Result<Output, String> {
+/// registry, Services under `domain`; then `ly cluster install` with `extra_args` (e.g.
+/// `--eventing`). Returns install's output.
+pub async fn install_lampyr(node: &Node, ly: &Ly<'_>, images: &RuntimeImages, domain: &str, extra_args: &[&str]) -> Result<Output, String> {
     images.push(&format!("http://{}", node.registry().host())).await?;
     for registry in images.registries() {
         node.mirror(&registry)?;
@@ -85,5 +88,7 @@ pub async fn install_lampyr(node: &Node, ly: &Ly<'_>, images: &RuntimeImages, do
             ("domain", domain),
         ],
     );
-    Ok(ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]))
+    let mut args = vec!["install", "--non-interactive", "--provider-config", path(&settings)];
+    args.extend(extra_args);
+    Ok(ly.cluster(&args))
 }

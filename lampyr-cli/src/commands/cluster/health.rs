@@ -53,7 +53,8 @@ pub fn checks(kubectl: &Kubectl) -> Vec<Check> {
     let api = Check::new("api-server", api.map_err(|e| e.to_string()));
     if !api.ok {
         let unreachable = "not checked: the API server is unreachable (check --context/--kubeconfig)".to_string();
-        let rest = ["installation", "crds", "webhook", "controllers", "router", "cert-manager", "fleet-key", "template-repository"];
+        let rest =
+            ["installation", "crds", "webhook", "controllers", "router", "eventing", "cert-manager", "fleet-key", "template-repository"];
         return std::iter::once(api).chain(rest.map(|c| Check::new(c, Err(unreachable.clone())))).collect();
     }
     let plan = read_plan(kubectl).map_err(|e| e.to_string());
@@ -70,6 +71,7 @@ pub fn checks(kubectl: &Kubectl) -> Vec<Check> {
         Check::new("webhook", webhook(kubectl)),
         Check::new("controllers", controllers(kubectl)),
         Check::new("router", router(kubectl)),
+        Check::new("eventing", eventing(kubectl, &plan)),
         Check::new("cert-manager", cert_manager(kubectl).map_err(|e| e.to_string()).and_then(|r| r)),
         Check::new("fleet-key", fleet_key(kubectl)),
         Check::new("template-repository", template_repository(kubectl)),
@@ -151,6 +153,34 @@ fn router(kubectl: &Kubectl) -> Result<String, String> {
             .ok_or_else(|| format!("Service {SYSTEM_NAMESPACE}/{name}: missing"))
     };
     all(vec![deployment(kubectl, SYSTEM_NAMESPACE, "fiber-router"), service("fiber-router"), service(PUBLIC_SERVICE)])
+}
+
+/// Knative Eventing, when the installation applied it: each of its Deployments available, and
+/// its webhook admitting and defaulting a Broker (a server-side dry run in `default`).
+fn eventing(kubectl: &Kubectl, plan: &[ObjectRef]) -> Result<String, String> {
+    let namespace = lampyr_manifests::eventing::NAMESPACE;
+    let deployments: Vec<&ObjectRef> =
+        plan.iter().filter(|o| o.kind == "Deployment" && o.namespace.as_deref() == Some(namespace)).collect();
+    if deployments.is_empty() {
+        return Ok("not installed (`ly cluster install --eventing` installs it)".into());
+    }
+    let mut results: Vec<Result<String, String>> = deployments.iter().map(|d| deployment(kubectl, namespace, &d.name)).collect();
+    let broker = serde_json::json!({
+        "apiVersion": "eventing.knative.dev/v1", "kind": "Broker",
+        "metadata": { "name": "ly-health-check", "namespace": "default" },
+    });
+    let admitted = kubectl
+        .run(&["create", "--dry-run=server", "-o", "json", "-f", "-"], Some(&broker.to_string()))
+        .map_err(|e| format!("a dry-run Broker was not admitted: {e}"))
+        .and_then(|out| {
+            let defaulted: Value = serde_json::from_str(&out).unwrap_or_default();
+            match defaulted.pointer("/metadata/annotations/eventing.knative.dev~1broker.class").and_then(Value::as_str) {
+                Some(class) => Ok(format!("admits and defaults a Broker (class {class}, dry run)")),
+                None => Err("a dry-run Broker was not defaulted: is the Eventing webhook registered?".into()),
+            }
+        });
+    results.push(admitted);
+    all(results)
 }
 
 /// cert-manager's CRD and the csi-driver's CSIDriver: `Ok(Ok(found))`, `Ok(Err(what is missing))`.

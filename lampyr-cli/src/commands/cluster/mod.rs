@@ -32,9 +32,6 @@ pub enum ClusterError {
     /// The API server could not be reached.
     #[error("cannot reach the cluster's API server: {0}\ncheck --context and --kubeconfig (or KUBECONFIG); nothing was changed")]
     Unreachable(KubectlError),
-    /// `--eventing` was given.
-    #[error("--eventing is not yet supported by this ly; install without it (nothing was changed)")]
-    EventingUnsupported,
     /// `--provider` was given.
     #[error("--provider {0}: providers are not supported by this ly yet; omit --provider to use an existing context (nothing was changed)")]
     ProviderUnsupported(String),
@@ -70,10 +67,7 @@ pub fn run(command: ClusterCommand, ui: &mut Ui) -> Result<(), ClusterError> {
     match command {
         ClusterCommand::Install { options, eventing, provider } => {
             refuse_provider(provider)?;
-            if eventing {
-                return Err(ClusterError::EventingUnsupported);
-            }
-            install(&options, ui)
+            install(&options, eventing, ui)
         }
         ClusterCommand::Health { options } => health::run(&kubectl(&options), ui),
         ClusterCommand::Uninstall { options, delete_cluster, provider } => {
@@ -100,12 +94,13 @@ pub fn reach(kubectl: &Kubectl, options: &ContextOptions) -> Result<String, Clus
     }
 }
 
-/// `ly cluster install`: checks everything, shows the plan, asks, applies it step by step.
-fn install(options: &ClusterOptions, ui: &mut Ui) -> Result<(), ClusterError> {
+/// `ly cluster install`: checks everything, shows the plan, asks, applies it step by step;
+/// with `eventing`, Knative Eventing too (a reinstall without it leaves an installed one as it is).
+fn install(options: &ClusterOptions, eventing: bool, ui: &mut Ui) -> Result<(), ClusterError> {
     let workspace = options.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
     ui.step(format!("reading platform settings from {}", workspace.join(crate::commands::scaffold::PLATFORM_FILE).display()));
     let checked = settings::load(&workspace, options.provider_config.as_deref())?;
-    let mut steps = plan::steps(&workspace, &checked)?;
+    let mut steps = plan::steps(&workspace, &checked, eventing)?;
     let kubectl = kubectl(options);
     ui.step("checking the cluster");
     let context = reach(&kubectl, &options.target)?;
@@ -277,7 +272,7 @@ fn uninstall(options: &ClusterOptions, delete_cluster: bool, ui: &mut Ui) -> Res
     let plan = plan.unwrap_or_default();
     let kept: Vec<ObjectRef> = plan.iter().filter(|o| !o.created).cloned().collect();
     let mut first = sealed_services(&kubectl)?;
-    first.extend(finalized_by_knative(&kubectl)?);
+    first.extend(finalized_by_knative(&kubectl, &plan)?);
     let batches = deletion_batches(plan, first, fleet_keys(&kubectl)?);
     let total: usize = batches.iter().map(Vec::len).sum();
     ui.note(format!("ly will delete {total} objects from context {context:?} ({}), keeping the cluster:", ui.paint(Color::Red, "-")));
@@ -357,11 +352,35 @@ fn sealed_services(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
     Ok(services.iter().filter(sealed).map(created).collect())
 }
 
-/// Objects whose finalizer the installed Knative controller removes: every DomainMapping (it
-/// releases the domain's ClusterDomainClaim). Deleted once that controller is gone, they would
-/// never go, and neither would their CRD.
-fn finalized_by_knative(kubectl: &Kubectl) -> Result<Vec<ObjectRef>, ClusterError> {
-    Ok(list_all(kubectl, "domainmappings.serving.knative.dev", None)?.iter().map(created).collect())
+/// Objects whose finalizers the installed Knative controllers remove: every DomainMapping (it
+/// releases the domain's ClusterDomainClaim) and every object of an Eventing CRD the
+/// installation created (Triggers, then sources, subscriptions, Brokers, channels: what
+/// refers to others goes first). Deleted once those controllers are gone, they would never
+/// go, and neither would their CRDs.
+fn finalized_by_knative(kubectl: &Kubectl, plan: &[ObjectRef]) -> Result<Vec<ObjectRef>, ClusterError> {
+    let mut objects: Vec<ObjectRef> = list_all(kubectl, "domainmappings.serving.knative.dev", None)?.iter().map(created).collect();
+    let mut crds: Vec<&str> = plan
+        .iter()
+        .filter(|o| o.created && o.kind == "CustomResourceDefinition" && lampyr_manifests::eventing::is_eventing_crd(&o.name))
+        .map(|o| o.name.as_str())
+        .collect();
+    crds.sort_by_key(|name| eventing_deletion_rank(name));
+    for crd in crds {
+        objects.extend(list_all(kubectl, crd, None)?.iter().map(created));
+    }
+    Ok(objects)
+}
+
+/// Eventing kinds in the order uninstall deletes their objects: Triggers first (they refer to
+/// Brokers), then sources and flows, subscriptions, Brokers, channels last.
+fn eventing_deletion_rank(crd: &str) -> u8 {
+    match crd.split_once('.').map(|(_, group)| group) {
+        _ if crd.starts_with("triggers.") => 0,
+        Some("sources.knative.dev" | "flows.knative.dev" | "sinks.knative.dev") => 1,
+        _ if crd.starts_with("subscriptions.") => 2,
+        _ if crd.starts_with("brokers.") => 3,
+        _ => 4,
+    }
 }
 
 /// The fleet key Secret and the grant controller's copies of it in other namespaces.
@@ -464,6 +483,28 @@ mod tests {
                 vec!["CustomResourceDefinition a.example.com".to_string()],
                 vec![format!("Secret {SYSTEM_NAMESPACE}/{INSTALLATION}")],
                 vec![format!("Namespace {SYSTEM_NAMESPACE}")],
+            ]
+        );
+    }
+
+    #[test]
+    fn eventing_objects_are_deleted_before_what_they_refer_to() {
+        let mut crds = [
+            "inmemorychannels.messaging.knative.dev",
+            "brokers.eventing.knative.dev",
+            "subscriptions.messaging.knative.dev",
+            "pingsources.sources.knative.dev",
+            "triggers.eventing.knative.dev",
+        ];
+        crds.sort_by_key(|c| eventing_deletion_rank(c));
+        assert_eq!(
+            crds,
+            [
+                "triggers.eventing.knative.dev",
+                "pingsources.sources.knative.dev",
+                "subscriptions.messaging.knative.dev",
+                "brokers.eventing.knative.dev",
+                "inmemorychannels.messaging.knative.dev",
             ]
         );
     }

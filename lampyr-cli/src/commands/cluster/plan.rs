@@ -142,7 +142,8 @@ pub fn leave_webhook_rules(object: &mut Value, live: &[ObjectRef]) {
         return;
     }
     for webhook in object.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
-        if webhook.pointer("/clientConfig/service/namespace") == Some(&json!("knative-serving"))
+        let namespace = webhook.pointer("/clientConfig/service/namespace").and_then(Value::as_str);
+        if matches!(namespace, Some("knative-serving" | lampyr_manifests::eventing::NAMESPACE))
             && let Some(fields) = webhook.as_object_mut()
         {
             fields.remove("rules");
@@ -150,10 +151,15 @@ pub fn leave_webhook_rules(object: &mut Value, live: &[ObjectRef]) {
     }
 }
 
-/// Every step of an install, in order (the installation record is added by the caller).
-pub fn steps(workspace: &Path, checked: &Checked) -> Result<Vec<Step>, PlanError> {
+/// Every step of an install, in order (the installation record is added by the caller);
+/// with `eventing`, Knative Eventing's Workspace files after Lampyr's.
+pub fn steps(workspace: &Path, checked: &Checked, eventing: bool) -> Result<Vec<Step>, PlanError> {
+    let mut files: Vec<(&str, &str)> = WORKSPACE_MANIFESTS.to_vec();
+    if eventing {
+        files.extend(lampyr_manifests::eventing::PARTS.iter().map(|p| (p.file, p.about)));
+    }
     let mut steps = Vec::new();
-    for (file, title) in WORKSPACE_MANIFESTS {
+    for (file, title) in files {
         let path = workspace.join("k8s").join(file);
         let mut objects: Vec<Value> = lampyr_manifests::read(&path, &format!("k8s/{file}"))?.into_iter().map(|d| d.object).collect();
         objects.iter_mut().for_each(|o| settle(o, checked));
@@ -393,6 +399,14 @@ mod tests {
         leave_webhook_rules(&mut existing, &[ObjectRef::of(&config)]);
         assert!(existing["webhooks"][0].get("rules").is_none());
         assert!(existing["webhooks"][0].get("clientConfig").is_some());
+        let mut eventing = config.clone();
+        eventing["webhooks"][0]["clientConfig"]["service"]["namespace"] = json!("knative-eventing");
+        leave_webhook_rules(&mut eventing, &[ObjectRef::of(&config)]);
+        assert!(eventing["webhooks"][0].get("rules").is_none(), "Eventing's webhooks own their rules too");
+        let mut other = config.clone();
+        other["webhooks"][0]["clientConfig"]["service"]["namespace"] = json!("cert-manager");
+        leave_webhook_rules(&mut other, &[ObjectRef::of(&config)]);
+        assert!(other["webhooks"][0].get("rules").is_some(), "another webhook's rules are applied as written");
     }
 
     #[test]
