@@ -32,12 +32,15 @@
 //!   (`knative-serving/config-autoscaler`), parsed and validated as upstream does.
 //! - [`fiber`]: Lampyr's own CRDs, `CapacityGrant`, `Home` and `GrantPolicy`
 //!   (`fiber.lampyr.dev/v1alpha1`), and their generated CRD YAML.
+//! - [`eventgrid`]: the `AzureEventGridSource` event source (`sources.lampyr.dev/v1alpha1`)
+//!   and its generated CRD YAML.
 
 pub mod autoscaler;
 pub mod conditions;
 pub mod domain_mapping;
 pub mod duck;
 pub mod duration;
+pub mod eventgrid;
 pub mod fiber;
 pub mod keys;
 pub mod manifest;

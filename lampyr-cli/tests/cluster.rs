@@ -230,6 +230,8 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
         ("deployment/eventing-webhook", Some("knative-eventing")),
         ("deployment/mt-broker-ingress", Some("knative-eventing")),
         ("deployment/imc-dispatcher", Some("knative-eventing")),
+        ("customresourcedefinition/azureeventgridsources.sources.lampyr.dev", None),
+        ("deployment/eventgrid-adapter", Some("lampyr-system")),
     ] {
         assert!(env.exists(resource, namespace), "{resource} is installed");
     }
@@ -269,6 +271,7 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     assert!(env.exists("customresourcedefinition/services.serving.knative.dev", None), "pre-existing Knative stays");
     assert!(!env.exists("customresourcedefinition/brokers.eventing.knative.dev", None), "Eventing is removed");
     assert!(!env.exists("namespace/knative-eventing", None), "Eventing's namespace is removed");
+    assert!(!env.exists("customresourcedefinition/azureeventgridsources.sources.lampyr.dev", None), "the event source CRD is removed");
     assert!(env.exists("namespace/knative-serving", None));
 
     // Uninstall again: nothing left to do, still succeeds.

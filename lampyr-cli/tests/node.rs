@@ -17,7 +17,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lampyr_testenv::eventing::{job_sink_events, send_to_broker};
+use lampyr_testenv::eventing::{job_sink_events, post_to_service, send_to_broker};
 use lampyr_testenv::node::{NodeIngress, install_lampyr};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root};
@@ -289,6 +289,84 @@ async fn delivers_events_to_fibers(ly: &Ly<'_>, serving: &NodeIngress<'_>, image
     assert_eq!(dead["knativeerrorcode"], "400", "the dead letter says the subscriber answered 400: {dead:#}");
     let replies = job_sink_events(ly.cluster, "default", "replies").unwrap_or_else(|e| panic!("{e}"));
     assert!(!replies.iter().any(|e| e["subject"] == "Stranger"), "the filter let the stranger's event through: {replies:#?}");
+
+    event_grid_reaches_fibers(ly, serving).await;
+}
+
+/// An Event Grid custom topic's resource ID: the `topic` of its events, their CloudEvents `source`.
+const EVENT_GRID_TOPIC: &str =
+    "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/lampyr/providers/Microsoft.EventGrid/topics/greetings";
+
+/// An AzureEventGridSource sending to the default Broker: Event Grid's subscription validation
+/// handshake is answered, and a batch of three Event Grid schema events (as Event Grid POSTs
+/// them to eventgrid-adapter, here through the API server's service proxy) reaches events in
+/// fibers through the Broker; its three greetings come back to the replies JobSink.
+async fn event_grid_reaches_fibers(ly: &Ly<'_>, serving: &NodeIngress<'_>) {
+    let broker = json!({ "apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": "default" });
+    apply(
+        ly,
+        &[
+            json!({
+                "apiVersion": "sources.lampyr.dev/v1alpha1", "kind": "AzureEventGridSource",
+                "metadata": { "name": "greetings", "namespace": "default" },
+                "spec": { "sink": { "ref": broker } },
+            }),
+            json!({
+                "apiVersion": "eventing.knative.dev/v1", "kind": "Trigger",
+                "metadata": { "name": "event-grid-greet", "namespace": "default" },
+                "spec": {
+                    "broker": "default",
+                    "filter": { "attributes": { "type": "dev.lampyr.greet", "source": EVENT_GRID_TOPIC } },
+                    "subscriber": { "ref": { "apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "events" } },
+                },
+            }),
+        ],
+    );
+    serving
+        .poll("AzureEventGridSource greetings and its Trigger Ready", Duration::from_secs(1), async || {
+            let ready = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+            let source = ly.kubectl(&["get", "azureeventgridsources.sources.lampyr.dev/greetings", "-n", "default", "-o", ready]);
+            let trigger = ly.kubectl(&["get", "triggers.eventing.knative.dev/event-grid-greet", "-n", "default", "-o", ready]);
+            (text(&source) == "True" && text(&trigger) == "True").then_some(())
+        })
+        .await;
+    let sink =
+        ly.kubectl(&["get", "azureeventgridsources.sources.lampyr.dev/greetings", "-n", "default", "-o", "jsonpath={.status.sinkUri}"]);
+    assert_eq!(text(&sink), "http://broker-ingress.knative-eventing.svc.cluster.local/default/default", "the Broker's address");
+
+    let adapter = |event_type: &'static str, body: Value| async move {
+        let headers = [("content-type", "application/json"), ("aeg-event-type", event_type)];
+        post_to_service(ly.cluster, "lampyr-system", "eventgrid-adapter:http", "default/greetings", &headers, &body)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", serving.lampyr_logs()))
+    };
+    let validation = json!([{
+        "id": "0f5b1a3c-7d2e-4c1b-9a8f-6e5d4c3b2a10", "topic": EVENT_GRID_TOPIC, "subject": "",
+        "data": { "validationCode": "node-test-validation-code", "validationUrl": "https://rp-westus3.eventgrid.azure.net/eventsubscriptions/greetings/validate?id=1&token=t" },
+        "eventType": "Microsoft.EventGrid.SubscriptionValidationEvent", "eventTime": "2026-12-06T10:00:00Z",
+        "metadataVersion": "1", "dataVersion": "1",
+    }]);
+    let answer: Value = serde_json::from_str(&adapter("SubscriptionValidation", validation).await).expect("JSON");
+    assert_eq!(answer, json!({ "validationResponse": "node-test-validation-code" }));
+
+    let names = ["Grace", "Linus", "Barbara"];
+    let batch: Vec<Value> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({
+                "id": format!("event-grid-{i}"), "topic": EVENT_GRID_TOPIC, "subject": format!("people/{name}"),
+                "eventType": "dev.lampyr.greet", "eventTime": "2026-12-06T10:00:01Z",
+                "data": { "name": name }, "dataVersion": "1.0", "metadataVersion": "1",
+            })
+        })
+        .collect();
+    adapter("Notification", Value::Array(batch)).await;
+    for (i, name) in names.iter().enumerate() {
+        let greeting = received(ly, serving, "replies", &format!("{name}'s greeting"), |e| e["subject"] == *name).await;
+        assert_eq!(greeting["id"], format!("event-grid-{i}-greeting"), "{greeting:#}");
+        assert_eq!(greeting["data"], json!({ "greeting": format!("Hello {name}!") }), "{greeting:#}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -456,6 +534,7 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     for (resource, namespace) in [
         ("customresourcedefinition/brokers.eventing.knative.dev", None),
         ("customresourcedefinition/jobsinks.sinks.knative.dev", None),
+        ("customresourcedefinition/azureeventgridsources.sources.lampyr.dev", None),
         ("namespace/knative-eventing", None),
         ("validatingwebhookconfiguration/validation.webhook.eventing.knative.dev", None),
     ] {

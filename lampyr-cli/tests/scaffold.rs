@@ -10,7 +10,7 @@ use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The Workspace's files, in the order `ly` lists them.
-const FILES: [&str; 12] = [
+const FILES: [&str; 14] = [
     "k8s/knative-serving-crds.yaml",
     "k8s/knative-serving-core.yaml",
     "k8s/lampyr-crds.yaml",
@@ -21,6 +21,8 @@ const FILES: [&str; 12] = [
     "k8s/knative-eventing-core.yaml",
     "k8s/knative-eventing-in-memory-channel.yaml",
     "k8s/knative-eventing-mt-channel-broker.yaml",
+    "k8s/lampyr-eventgrid-crds.yaml",
+    "k8s/lampyr-eventgrid.yaml",
     "k8s/platform.yaml",
     "k8s/README.md",
 ];

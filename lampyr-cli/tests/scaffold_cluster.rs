@@ -30,14 +30,16 @@ async fn the_scaffolded_manifests_are_accepted_by_the_api_server() {
     let out = Command::new(env!("CARGO_BIN_EXE_ly")).args(["scaffold", "workspace"]).arg(tmp.path()).output().expect("ly runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    // A dry run creates no namespace, so Lampyr's namespace must exist for the
-    // objects in it to be checked (knative-serving exists: the environment's).
-    let created = cluster.kubectl().args(["create", "namespace", "lampyr-system"]).output().expect("kubectl");
-    assert!(
-        created.status.success() || String::from_utf8_lossy(&created.stderr).contains("AlreadyExists"),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
+    // A dry run creates no namespace, so Lampyr's and Eventing's must exist for the
+    // objects in them to be checked (knative-serving exists: the environment's).
+    for namespace in ["lampyr-system", "knative-eventing"] {
+        let created = cluster.kubectl().args(["create", "namespace", namespace]).output().expect("kubectl");
+        assert!(
+            created.status.success() || String::from_utf8_lossy(&created.stderr).contains("AlreadyExists"),
+            "{}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+    }
 
     let k8s = tmp.path().join("k8s");
     let files = [
@@ -51,6 +53,8 @@ async fn the_scaffolded_manifests_are_accepted_by_the_api_server() {
         "knative-eventing-core.yaml",
         "knative-eventing-in-memory-channel.yaml",
         "knative-eventing-mt-channel-broker.yaml",
+        "lampyr-eventgrid-crds.yaml",
+        "lampyr-eventgrid.yaml",
     ];
     for file in files {
         let applied = dry_run_apply(cluster, &k8s.join(file)).unwrap_or_else(|e| panic!("{file} was refused:\n{e}"));

@@ -107,7 +107,7 @@ const WEBHOOK_ENV: &[&str] = &["WEBHOOK_NAME=webhook"];
 ///   as upstream's images do.
 /// - Knative Eventing's (`ly cluster install --eventing`) are named as its
 ///   release's manifests name them, like Serving's webhook.
-pub const COMPONENTS: [Component; 16] = [
+pub const COMPONENTS: [Component; 17] = [
     Component {
         name: "fiberd",
         naming: Naming::Lampyr { repository: "fiberd" },
@@ -177,6 +177,16 @@ pub const COMPONENTS: [Component; 16] = [
         env: KO_ENV,
         directories: KO_DIRS,
         usage: (&["-h"], WEBHOOK_ENV),
+    },
+    Component {
+        name: "eventgrid-adapter",
+        naming: Naming::Lampyr { repository: "eventgrid-adapter" },
+        origin: Origin::Cargo { package: "lampyr-eventgrid", bin: "eventgrid-adapter" },
+        user: User::NonRoot,
+        registry_tls: false,
+        env: &[],
+        directories: &[],
+        usage: RUST_USAGE,
     },
     eventing("eventing-controller", ("eventing-controller", "eventing-controller"), "eventing-controller", &[]),
     eventing("eventing-webhook", ("eventing-webhook", "eventing-webhook"), "eventing-webhook", WEBHOOK_ENV),
@@ -401,7 +411,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(named.len(), 6, "{named:?}");
+        assert_eq!(named.len(), 7, "{named:?}");
         let ours: Vec<String> = COMPONENTS
             .iter()
             .filter(|c| matches!(c.naming, Naming::Lampyr { .. }))

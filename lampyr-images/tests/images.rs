@@ -16,7 +16,7 @@ use lampyr_testenv::containerd::{Containerd, ContainerdOptions, RunOptions};
 use lampyr_testenv::{TestRegistry, repo_root, workspace_binary};
 
 /// Every image of the catalog: each test covers each of them.
-const TESTED: [&str; 16] = [
+const TESTED: [&str; 17] = [
     "fiberd",
     "fiberd-helper",
     "fiber-router",
@@ -24,6 +24,7 @@ const TESTED: [&str; 16] = [
     "fiberd-k8s-controller",
     "knative-controller",
     "knative-webhook",
+    "eventgrid-adapter",
     "eventing-controller",
     "eventing-webhook",
     "eventing-mt-broker-controller",

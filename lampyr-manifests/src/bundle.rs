@@ -40,10 +40,27 @@ const LAMPYR_FILES: [(&str, &str, &str); 4] = [
     ),
 ];
 
+/// Lampyr's manifests applied with Knative Eventing (`--eventing`), after it: `(file, about, path under config/)`.
+const LAMPYR_EVENTING_FILES: [(&str, &str, &str); 2] = [
+    ("lampyr-eventgrid-crds.yaml", "Lampyr's event source CRD: AzureEventGridSource (sources.lampyr.dev)", "crd/eventgrid.yaml"),
+    (
+        "lampyr-eventgrid.yaml",
+        "eventgrid-adapter: receives Azure Event Grid deliveries for every AzureEventGridSource and sends their events to its sink",
+        "lampyr-eventgrid.yaml",
+    ),
+];
+
+/// The `k8s/` files `ly cluster install --eventing` applies besides the others, in order,
+/// with what each installs: Knative Eventing's ([`eventing::PARTS`]), then Lampyr's event sources.
+pub fn eventing_files() -> Vec<(&'static str, &'static str)> {
+    let upstream = eventing::PARTS.iter().map(|p| (p.file, p.about));
+    upstream.chain(LAMPYR_EVENTING_FILES.iter().map(|&(file, about, _)| (file, about))).collect()
+}
+
 /// The files of `k8s/`, in the order they are applied: Knative's CRDs and
 /// filtered core from `modules`, then Lampyr's from `config_dir` (the
-/// repository's `config/`), then Knative Eventing's ([`eventing::PARTS`], applied
-/// only with `--eventing`). `lampyr_version` is named in every header.
+/// repository's `config/`), then Knative Eventing's ([`eventing::PARTS`]) and
+/// Lampyr's event sources, applied only with `--eventing` ([`eventing_files`]). `lampyr_version` is named in every header.
 ///
 /// Checks what it produces: every file parses back into the same objects, and
 /// every ServiceAccount a workload runs as is defined in some file.
@@ -114,6 +131,12 @@ pub fn bundle(modules: &KnativeModules, config_dir: &Path, lampyr_version: &str)
             knative::RELEASE_REGISTRY,
         );
         files.push(render(part.file, part.about, &header, &documents, true));
+    }
+    for (name, about, path) in LAMPYR_EVENTING_FILES {
+        let documents = read(&config_dir.join(path), &format!("config/{path}"))?;
+        let header =
+            format!("Source: Lampyr {lampyr_version}, config/{path}.\nApplied by `ly cluster install --eventing` only.\n{written_by}");
+        files.push(render(name, about, &header, &documents, false));
     }
     check(&files)?;
     Ok(files)

@@ -21,7 +21,7 @@ pub mod filter;
 pub mod knative;
 mod modules;
 
-pub use bundle::{BundleFile, bundle};
+pub use bundle::{BundleFile, bundle, eventing_files};
 pub use document::{Document, parse, read};
 pub use filter::{Filtered, Removed, is_workload};
 pub use knative::LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;

@@ -145,6 +145,8 @@ fn the_bundle_names_its_sources_and_parses_back() {
             "knative-eventing-core.yaml",
             "knative-eventing-in-memory-channel.yaml",
             "knative-eventing-mt-channel-broker.yaml",
+            "lampyr-eventgrid-crds.yaml",
+            "lampyr-eventgrid.yaml",
         ]
     );
     for file in &files {

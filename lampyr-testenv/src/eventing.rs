@@ -18,13 +18,31 @@ pub const JOB_SINK_NAME_LABEL: &str = "sinks.knative.dev/job-sink-name";
 /// Errors with the API server's or the ingress's answer when it is not accepted.
 pub async fn send_to_broker(cluster: &Cluster, namespace: &str, broker: &str, event: &Value) -> Result<(), String> {
     let (service, port) = BROKER_INGRESS;
-    let path = format!("/api/v1/namespaces/knative-eventing/services/{service}:{port}/proxy/{namespace}/{broker}");
-    let request = http::Request::post(&path)
-        .header("content-type", "application/cloudevents+json")
-        .body(event.to_string().into_bytes())
-        .map_err(|e| e.to_string())?;
+    let headers = [("content-type", "application/cloudevents+json")];
+    post_to_service(cluster, "knative-eventing", &format!("{service}:{port}"), &format!("{namespace}/{broker}"), &headers, event)
+        .await
+        .map(|_| ())
+}
+
+/// POSTs `body` with `headers` to `path` of Service `namespace/service_port` (`name:port-name`)
+/// through the API server's service proxy; returns the answer's body, or an error naming the
+/// request when the answer is not a 2xx.
+pub async fn post_to_service(
+    cluster: &Cluster,
+    namespace: &str,
+    service_port: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Result<String, String> {
+    let uri = format!("/api/v1/namespaces/{namespace}/services/{service_port}/proxy/{path}");
+    let mut request = http::Request::post(&uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(body.to_string().into_bytes()).map_err(|e| e.to_string())?;
     let client = cluster.client().await;
-    client.request_text(request).await.map(|_| ()).map_err(|e| format!("POST {path} (event {event}): {e}"))
+    client.request_text(request).await.map_err(|e| format!("POST {uri} ({body}): {e}"))
 }
 
 /// The events JobSink `namespace/sink` received so far: each Secret it made holds one, as JSON.

@@ -8,8 +8,16 @@ use lampyr_testenv::crate_graph::{CrateGraph, Metadata};
 
 /// Crates that must not reach Hyperlight or KVM: what a controller, a router or a
 /// tool embeds without running fibers.
-const WITHOUT_HYPERVISOR: [&str; 7] =
-    ["lampyr-abi", "lampyr-api", "lampyr-artifact", "lampyr-process", "lampyr-manifests", "lampyr-router", "lampyr-reconcile"];
+const WITHOUT_HYPERVISOR: [&str; 8] = [
+    "lampyr-abi",
+    "lampyr-api",
+    "lampyr-artifact",
+    "lampyr-process",
+    "lampyr-manifests",
+    "lampyr-router",
+    "lampyr-reconcile",
+    "lampyr-eventgrid",
+];
 
 fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace holds lampyr-testenv")

@@ -1,14 +1,24 @@
-//! Prints the CRDs of Lampyr's resources (CapacityGrant, Home) as multi-document YAML.
+//! Prints the CRDs of Lampyr's resources (CapacityGrant, Home, GrantPolicy) as
+//! multi-document YAML; with `eventgrid`, the AzureEventGridSource CRD.
 //!
 //! ```sh
 //! cargo run -p lampyr-api --bin crdgen > config/crd/lampyr.yaml
+//! cargo run -p lampyr-api --bin crdgen eventgrid > config/crd/eventgrid.yaml
 //! ```
 
 use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let yaml = match lampyr_api::fiber::crd_yaml() {
+    let generated = match std::env::args().nth(1).as_deref() {
+        None => lampyr_api::fiber::crd_yaml(),
+        Some("eventgrid") => lampyr_api::eventgrid::crd_yaml(),
+        Some(other) => {
+            eprintln!("crdgen: unknown CRD set {other:?}; give none (Lampyr's fiber CRDs) or `eventgrid`");
+            return ExitCode::FAILURE;
+        }
+    };
+    let yaml = match generated {
         Ok(yaml) => yaml,
         Err(e) => {
             eprintln!("crdgen: {e}");

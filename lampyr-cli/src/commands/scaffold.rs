@@ -214,9 +214,10 @@ fn readme(files: &[WorkspaceFile]) -> String {
          {KNATIVE_NETWORKING}, as Knative {KNATIVE_RELEASE}'s release publishes them\n\
          (images `gcr.io/knative-releases/...:v{KNATIVE_RELEASE}`); Lampyr's come from its own repository.\n\
          \n\
-         The `knative-eventing-*.yaml` files are applied only by `ly cluster install --eventing`:\n\
-         Knative Eventing from {KNATIVE_EVENTING}, unchanged, split as its release splits it\n\
-         (CRDs, core, the in-memory channel, the multi-tenant channel-based Broker).\n\
+         The `knative-eventing-*.yaml` and `lampyr-eventgrid*.yaml` files are applied only by\n\
+         `ly cluster install --eventing`: Knative Eventing from {KNATIVE_EVENTING}, unchanged,\n\
+         split as its release splits it (CRDs, core, the in-memory channel, the multi-tenant\n\
+         channel-based Broker), then Lampyr's AzureEventGridSource and its adapter.\n\
          \n\
          `knative-serving-core.yaml` is upstream's core without the stock controller, activator and\n\
          autoscaler: Lampyr's Knative controller, lampyr-controller and fiber-router do their work.\n\

@@ -155,16 +155,25 @@ fn router(kubectl: &Kubectl) -> Result<String, String> {
     all(vec![deployment(kubectl, SYSTEM_NAMESPACE, "fiber-router"), service("fiber-router"), service(PUBLIC_SERVICE)])
 }
 
-/// Knative Eventing, when the installation applied it: each of its Deployments available, and
+/// The Deployment of Lampyr's AzureEventGridSource adapter (installed with Eventing).
+const EVENTGRID_ADAPTER: &str = "eventgrid-adapter";
+
+/// Knative Eventing, when the installation applied it: each of its Deployments (and the
+/// eventgrid-adapter's) available, and
 /// its webhook admitting and defaulting a Broker (a server-side dry run in `default`).
 fn eventing(kubectl: &Kubectl, plan: &[ObjectRef]) -> Result<String, String> {
     let namespace = lampyr_manifests::eventing::NAMESPACE;
-    let deployments: Vec<&ObjectRef> =
-        plan.iter().filter(|o| o.kind == "Deployment" && o.namespace.as_deref() == Some(namespace)).collect();
+    let of_eventing = |o: &&ObjectRef| match o.namespace.as_deref() {
+        Some(ns) if ns == namespace => true,
+        Some(SYSTEM_NAMESPACE) => o.name == EVENTGRID_ADAPTER,
+        _ => false,
+    };
+    let deployments: Vec<&ObjectRef> = plan.iter().filter(|o| o.kind == "Deployment").filter(of_eventing).collect();
     if deployments.is_empty() {
         return Ok("not installed (`ly cluster install --eventing` installs it)".into());
     }
-    let mut results: Vec<Result<String, String>> = deployments.iter().map(|d| deployment(kubectl, namespace, &d.name)).collect();
+    let mut results: Vec<Result<String, String>> =
+        deployments.iter().map(|d| deployment(kubectl, d.namespace.as_deref().unwrap_or_default(), &d.name)).collect();
     let broker = serde_json::json!({
         "apiVersion": "eventing.knative.dev/v1", "kind": "Broker",
         "metadata": { "name": "ly-health-check", "namespace": "default" },

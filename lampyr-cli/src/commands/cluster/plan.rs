@@ -156,7 +156,7 @@ pub fn leave_webhook_rules(object: &mut Value, live: &[ObjectRef]) {
 pub fn steps(workspace: &Path, checked: &Checked, eventing: bool) -> Result<Vec<Step>, PlanError> {
     let mut files: Vec<(&str, &str)> = WORKSPACE_MANIFESTS.to_vec();
     if eventing {
-        files.extend(lampyr_manifests::eventing::PARTS.iter().map(|p| (p.file, p.about)));
+        files.extend(lampyr_manifests::eventing_files());
     }
     let mut steps = Vec::new();
     for (file, title) in files {

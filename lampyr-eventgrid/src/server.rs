@@ -1,0 +1,166 @@
+//! The adapter's HTTP endpoint: Event Grid delivers to `/<namespace>/<name>` of an
+//! AzureEventGridSource; handshakes are answered, events sent to the source's sink one by
+//! one in delivery order. A delivery is acknowledged (200) only when every event of it was
+//! delivered, so Event Grid retries the rest; `/healthz` answers for probes.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::delivery::{self, Delivery, MAX_BODY};
+use crate::send::{SinkClient, send, sink_client};
+use crate::sources::Sinks;
+
+/// The adapter, bound and not yet serving.
+pub struct Adapter {
+    listener: TcpListener,
+    state: Arc<State>,
+}
+
+struct State {
+    sinks: Sinks,
+    client: SinkClient,
+}
+
+impl Adapter {
+    /// Binds `addr`; deliveries go to the sinks `sinks` holds.
+    pub async fn bind(addr: SocketAddr, sinks: Sinks) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Adapter { listener, state: Arc::new(State { sinks, client: sink_client() }) })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then lets open deliveries finish (at most 30 seconds).
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let graceful = GracefulShutdown::new();
+        let builder = auto::Builder::new(TokioExecutor::new());
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, _) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(err) => {
+                        tracing::warn!(%err, "eventgrid-adapter: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let state = self.state.clone();
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(state.handle(req).await) }
+            });
+            let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+            tokio::spawn(async move {
+                if let Err(err) = conn.await {
+                    tracing::debug!(%err, "eventgrid-adapter: connection ended with an error");
+                }
+            });
+        }
+        let _ = tokio::time::timeout(crate::send::SEND_TIMEOUT, graceful.shutdown()).await;
+    }
+}
+
+impl State {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let path = req.uri().path().to_string();
+        if path == "/healthz" {
+            return text(StatusCode::OK, "ok\n");
+        }
+        let mut parts = path.trim_matches('/').split('/');
+        let (Some(namespace), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
+            return text(StatusCode::NOT_FOUND, "deliveries go to /<namespace>/<AzureEventGridSource name>\n");
+        };
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        let target = match self.sinks.get(&namespace, &name) {
+            None => return text(StatusCode::NOT_FOUND, &format!("no AzureEventGridSource {namespace}/{name}\n")),
+            Some(target) => target,
+        };
+        let (method, headers) = (req.method().clone(), req.headers().clone());
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(e) => {
+                return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("the delivery is over Event Grid's {MAX_BODY} bytes or broken: {e}\n"),
+                );
+            }
+        };
+        let delivery = match parse(&method, &headers, &body) {
+            Ok(delivery) => delivery,
+            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("AzureEventGridSource {namespace}/{name}: {e}\n")),
+        };
+        match delivery {
+            Delivery::Validation { code } => {
+                tracing::info!(source = %format!("{namespace}/{name}"), "answered Event Grid's subscription validation");
+                json_response(StatusCode::OK, &json!({ "validationResponse": code }))
+            }
+            Delivery::AbuseProtection { origin } => {
+                let mut response = text(StatusCode::OK, "");
+                if let Ok(value) = origin.parse() {
+                    response.headers_mut().insert("webhook-allowed-origin", value);
+                }
+                response
+            }
+            Delivery::Events(events) => {
+                let target = match target {
+                    Ok(target) => target,
+                    Err(why) => {
+                        return text(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            &format!("AzureEventGridSource {namespace}/{name} has no sink: {why}\n"),
+                        );
+                    }
+                };
+                for (index, event) in events.iter().enumerate() {
+                    if let Err(e) = send(&self.client, &target.sink, event, &target.extensions).await {
+                        tracing::warn!(source = %format!("{namespace}/{name}"), error = %e, "an event was not delivered");
+                        let message = format!("{e} (event {index} of {}; those before it were delivered)\n", events.len());
+                        return text(StatusCode::SERVICE_UNAVAILABLE, &message);
+                    }
+                }
+                tracing::debug!(source = %format!("{namespace}/{name}"), events = events.len(), "delivered");
+                text(StatusCode::OK, "")
+            }
+        }
+    }
+}
+
+fn parse(method: &Method, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, delivery::DeliveryError> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    delivery::parse(method.as_str(), header("content-type"), header(delivery::EVENT_TYPE_HEADER), header("webhook-request-origin"), body)
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    if !body.is_empty() {
+        response.headers_mut().insert("content-type", http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    }
+    response
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert("content-type", http::HeaderValue::from_static("application/json"));
+    response
+}
