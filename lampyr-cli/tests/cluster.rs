@@ -235,6 +235,10 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     ] {
         assert!(env.exists(resource, namespace), "{resource} is installed");
     }
+    let versions = env.resource_versions();
+    let again = env.ly(&["install", "--non-interactive", "--eventing", "--provider-config", path(&good)]);
+    assert!(again.status.success(), "reinstall --eventing failed:\n{}", stderr(&again));
+    assert_eq!(env.resource_versions(), versions, "a reinstall with --eventing changes no object");
     let without = env.ly(&["install", "--non-interactive", "--provider-config", path(&good)]);
     assert!(without.status.success(), "reinstall failed:\n{}", stderr(&without));
     let health = env.ly(&["health"]);

@@ -151,6 +151,18 @@ pub fn leave_webhook_rules(object: &mut Value, live: &[ObjectRef]) {
     }
 }
 
+/// Kubernetes fills the `rules` of a ClusterRole with an `aggregationRule` from the roles it
+/// selects; ly leaves them to it (applying the manifest's empty `rules` would strip the role's
+/// permissions until the controller fills them again, and change it on every reinstall).
+pub fn leave_aggregated_rules(object: &mut Value) {
+    if object["kind"] == "ClusterRole"
+        && object.get("aggregationRule").is_some()
+        && let Some(fields) = object.as_object_mut()
+    {
+        fields.remove("rules");
+    }
+}
+
 /// Every step of an install, in order (the installation record is added by the caller);
 /// with `eventing`, Knative Eventing's Workspace files after Lampyr's.
 pub fn steps(workspace: &Path, checked: &Checked, eventing: bool) -> Result<Vec<Step>, PlanError> {
@@ -162,7 +174,10 @@ pub fn steps(workspace: &Path, checked: &Checked, eventing: bool) -> Result<Vec<
     for (file, title) in files {
         let path = workspace.join("k8s").join(file);
         let mut objects: Vec<Value> = lampyr_manifests::read(&path, &format!("k8s/{file}"))?.into_iter().map(|d| d.object).collect();
-        objects.iter_mut().for_each(|o| settle(o, checked));
+        objects.iter_mut().for_each(|o| {
+            settle(o, checked);
+            leave_aggregated_rules(o);
+        });
         steps.push(Step { title: format!("{title} (k8s/{file})"), objects });
     }
     let (origin, text) = controller_manifest(&checked.controller)?;
@@ -407,6 +422,19 @@ mod tests {
         other["webhooks"][0]["clientConfig"]["service"]["namespace"] = json!("cert-manager");
         leave_webhook_rules(&mut other, &[ObjectRef::of(&config)]);
         assert!(other["webhooks"][0].get("rules").is_some(), "another webhook's rules are applied as written");
+    }
+
+    #[test]
+    fn aggregated_cluster_roles_rules_are_left_to_kubernetes() {
+        let aggregated = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "addressable-resolver"},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"duck.knative.dev/addressable": "true"}}]}, "rules": []});
+        let mut applied = aggregated.clone();
+        leave_aggregated_rules(&mut applied);
+        assert!(applied.get("rules").is_none() && applied.get("aggregationRule").is_some());
+        let plain = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"}, "rules": [{"verbs": ["get"]}]});
+        let mut applied = plain.clone();
+        leave_aggregated_rules(&mut applied);
+        assert_eq!(applied, plain, "a role without an aggregation rule is applied as written");
     }
 
     #[test]
