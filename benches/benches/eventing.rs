@@ -30,7 +30,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
-use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
+use lampyr_benches::{Samples, Table, fmt_duration, times_baseline, wait_for};
 use lampyr_testenv::eventing::{JOB_SINK_NAME_LABEL, send_to_broker};
 use lampyr_testenv::ly::{Ly, path, stderr, text};
 use lampyr_testenv::node::{NodeIngress, install_lampyr};
@@ -136,7 +136,7 @@ async fn set_up(node: &Node, ly: &Ly<'_>, serving: &NodeIngress<'_>, images: &Ru
         let out = ly.kubectl(&["apply", "-f", path(&file)]);
         assert!(out.status.success(), "kubectl apply {object}: {}", stderr(&out));
     }
-    wait_for("the Broker, the Triggers and the JobSink Ready", async || {
+    wait_for("the Broker, the Triggers and the JobSink Ready", POLL, PATIENCE, async || {
         let ready = "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\" \"}{end}";
         let kinds = "brokers.eventing.knative.dev,triggers.eventing.knative.dev,jobsinks.sinks.knative.dev";
         let out = ly.kubectl(&["get", kinds, "-n", "default", "-o", ready]);
@@ -151,7 +151,7 @@ async fn cold_and_warm(ly: &Ly<'_>, rounds: usize, table: &mut Table) {
     let mut replies = watch_replies(ly).await;
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        wait_for("events-00001 scaled to zero (Active=False)", async || {
+        wait_for("events-00001 scaled to zero (Active=False)", POLL, PATIENCE, async || {
             let condition = "jsonpath={.status.conditions[?(@.type==\"Active\")].status}";
             let out = ly.kubectl(&["get", "revisions.serving.knative.dev/events-00001", "-n", "default", "-o", condition]);
             (text(&out) == "False").then_some(())
@@ -220,17 +220,5 @@ async fn event_to_reply(ly: &Ly<'_>, replies: &mut mpsc::Receiver<(String, Insta
             Ok(None) => panic!("the watch on the JobSink's Secrets ended"),
             Err(_) => panic!("no reply {wanted} within {PATIENCE:?} (others seen: {:?})", others.keys().collect::<Vec<_>>()),
         }
-    }
-}
-
-/// Polls `check` every [`POLL`] until it returns `Some`; panics naming `what` after [`PATIENCE`].
-async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{what} within {PATIENCE:?}");
-        tokio::time::sleep(POLL).await;
     }
 }

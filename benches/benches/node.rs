@@ -42,7 +42,7 @@ use kube::Api;
 use kube::api::ListParams;
 use lampyr_api::Service;
 use lampyr_api::conditions::KnativeStatus;
-use lampyr_benches::{Samples, Table, fmt_duration, times_baseline};
+use lampyr_benches::{Samples, Table, fmt_duration, times_baseline, wait_for};
 use lampyr_testenv::ly::{Ly, path, stderr, text};
 use lampyr_testenv::node::{NodeIngress, install_lampyr};
 use lampyr_testenv::runtime_images::RuntimeImages;
@@ -152,7 +152,7 @@ async fn apply_to_ready(node: &Node, ly: &Ly<'_>, hello: &Value, n: usize, table
         service["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{ "name": "TARGET", "value": format!("svc-{i}") }]);
         let started = Instant::now();
         kubectl_apply(ly, &service);
-        wait_for(&format!("Service svc-{i} Ready"), async || {
+        wait_for(&format!("Service svc-{i} Ready"), POLL, PATIENCE, async || {
             let s = services.get(&format!("svc-{i}")).await.ok()?;
             s.status.as_ref().is_some_and(|st| st.is_ready(s.metadata.generation)).then_some(())
         })
@@ -169,7 +169,7 @@ async fn apply_to_ready(node: &Node, ly: &Ly<'_>, hello: &Value, n: usize, table
                     "readinessProbe": { "tcpSocket": { "port": 8080 }, "periodSeconds": 1 } }] } } } });
         let started = Instant::now();
         kubectl_apply(ly, &deployment);
-        wait_for(&format!("Deployment pods-{i} available"), async || {
+        wait_for(&format!("Deployment pods-{i} available"), POLL, PATIENCE, async || {
             let d = deployments.get(&format!("pods-{i}")).await.ok()?;
             (d.status?.available_replicas? >= 1).then_some(())
         })
@@ -224,7 +224,7 @@ async fn cold_and_warm(ly: &Ly<'_>, serving: &NodeIngress<'_>, n: usize, table: 
     let host = format!("hello.default.{DOMAIN}");
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for round in 0..n {
-        wait_for("hello-00001 scaled to zero (Active=False)", async || {
+        wait_for("hello-00001 scaled to zero (Active=False)", POLL, PATIENCE, async || {
             let out = ly.kubectl(&[
                 "get",
                 "revisions.serving.knative.dev/hello-00001",
@@ -263,16 +263,4 @@ async fn cold_and_warm(ly: &Ly<'_>, serving: &NodeIngress<'_>, n: usize, table: 
         "-",
         "-".into(),
     );
-}
-
-/// Polls `check` every [`POLL`] until it returns `Some`; panics naming `what` after [`PATIENCE`].
-async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{what} within {PATIENCE:?}");
-        tokio::time::sleep(POLL).await;
-    }
 }

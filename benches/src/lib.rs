@@ -5,6 +5,18 @@ use std::time::{Duration, Instant};
 
 pub mod link;
 
+/// Polls `check` every `poll` until it returns `Some`; panics naming `what` after `patience`.
+pub async fn wait_for<T>(what: &str, poll: Duration, patience: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{what} within {patience:?}");
+        tokio::time::sleep(poll).await;
+    }
+}
+
 /// Timing samples of one measured step.
 pub struct Samples(pub Vec<Duration>);
 
