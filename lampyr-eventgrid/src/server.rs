@@ -1,7 +1,8 @@
 //! The adapter's HTTP endpoint: Event Grid delivers to `/<namespace>/<name>` of an
 //! AzureEventGridSource; handshakes are answered, events sent to the source's sink one by
 //! one in delivery order. A delivery is acknowledged (200) only when every event of it was
-//! delivered, so Event Grid retries the rest; `/healthz` answers for probes.
+//! delivered, so Event Grid retries the rest; `/healthz` answers for probes. At most
+//! [`MAX_CONNECTIONS`] connections are served at once.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,10 +19,14 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::delivery::{self, Delivery, MAX_BODY};
 use crate::send::{SinkClient, send, sink_client};
 use crate::sources::Sinks;
+
+/// Connections served at once; more wait in the listen backlog (Event Grid retries what times out).
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// The adapter, bound and not yet serving.
 pub struct Adapter {
@@ -50,8 +55,13 @@ impl Adapter {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let graceful = GracefulShutdown::new();
         let builder = auto::Builder::new(TokioExecutor::new());
+        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         tokio::pin!(shutdown);
         loop {
+            let permit = tokio::select! {
+                permit = Arc::clone(&limit).acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
+                () = &mut shutdown => break,
+            };
             let (stream, _) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(conn) => conn,
@@ -73,6 +83,7 @@ impl Adapter {
                 if let Err(err) = conn.await {
                     tracing::debug!(%err, "eventgrid-adapter: connection ended with an error");
                 }
+                drop(permit);
             });
         }
         let _ = tokio::time::timeout(crate::send::SEND_TIMEOUT, graceful.shutdown()).await;
