@@ -164,7 +164,7 @@ async fn cold_and_warm(ly: &Ly<'_>, rounds: usize, table: &mut Table) {
         eprintln!("round {round}: at zero {}, warm {}", fmt_duration(took), fmt_duration(warm_took));
     }
     let (cold, warm) = (Samples(cold), Samples(warm));
-    for (label, p) in [("p50", 0.5), ("p99", 0.99)] {
+    for (label, p) in [("p50", 50.0), ("p99", 99.0)] {
         let (c, w) = (cold.percentile(p), warm.percentile(p));
         table.row(&format!("event → Service at zero → reply back, {label} of {rounds}"), fmt_duration(c), "-", times_baseline(c, w));
         table.row(&format!("   baseline: the same event to a warm Service, {label}"), fmt_duration(w), "-", "1×".into());
