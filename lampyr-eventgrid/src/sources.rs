@@ -50,6 +50,11 @@ impl Sinks {
             None => table.remove(&key),
         };
     }
+
+    /// Keeps only the sources named in `live`.
+    fn retain(&self, live: &[SourceKey]) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).retain(|key, _| live.contains(key));
+    }
 }
 
 /// Why a source could not be reconciled (it is retried).
@@ -165,13 +170,6 @@ pub async fn run(client: Client, sinks: Sinks) {
         }
     });
     tokio::join!(reconciling, pruner);
-}
-
-impl Sinks {
-    /// Keeps only the sources named in `live`.
-    fn retain(&self, live: &[SourceKey]) {
-        self.0.write().unwrap_or_else(|p| p.into_inner()).retain(|key, _| live.contains(key));
-    }
 }
 
 #[cfg(test)]

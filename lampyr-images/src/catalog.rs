@@ -314,10 +314,11 @@ impl Component {
 /// references resolved to the release's images by `lampyr-manifests`).
 pub fn knative_image(knative_module: &Path, namespace: &str, deployment: &str, container: &str) -> Result<String, Error> {
     let modules = KnativeModules::locate(knative_module)?;
-    let mut documents = lampyr_manifests::knative::core(&modules)?.kept;
-    if namespace == lampyr_manifests::eventing::NAMESPACE {
-        documents = lampyr_manifests::eventing::all(&modules)?;
-    }
+    let documents = if namespace == lampyr_manifests::eventing::NAMESPACE {
+        lampyr_manifests::eventing::all(&modules)?
+    } else {
+        lampyr_manifests::knative::core(&modules)?.kept
+    };
     let found = documents
         .iter()
         .find(|d| d.kind() == "Deployment" && d.namespace() == Some(namespace) && d.name() == deployment)
