@@ -8,6 +8,7 @@ use lampyr_abi::{Env, Request};
 use lampyr_artifact::{VerifiedArtifact, verify_layout};
 use lampyr_fiber::build::{BuildOptions, build_artifact};
 use lampyr_fiber::metrics::RuntimeMetrics;
+use lampyr_fiber::runtime::Capacity;
 use lampyr_fiber::{FiberPool, PoolConfig, Template};
 use lampyr_router::InvokeError;
 use lampyr_testenv::{example_elf, require_kvm, test_guest_elf};
@@ -187,6 +188,24 @@ async fn a_full_queue_sheds_load_with_503() {
     assert_eq!(err.http_status(), 503);
     assert!(matches!(busy.await.expect("joins"), Err(InvokeError::Timeout)));
     assert_eq!(body(&queued.await.expect("joins").expect("queued request served")), "not looping\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_sent_while_the_only_fiber_restores_waits_for_it_instead_of_a_503() {
+    let built = build(example_elf("hello"), BuildOptions::default());
+    let template = Template::load(&built.artifact, &Env::default()).expect("template loads");
+    // The instance has room for one fiber; the pool may run four, so every request after
+    // the first arrives while that one fiber is still being restored from its answer.
+    let capacity = Capacity::new(1, 1 << 30);
+    let account = std::sync::Arc::new(capacity.account(0, 1));
+    let config = PoolConfig { revision: "one-slot-00001".into(), max_fibers: 4, queue_capacity: 4, capacity: Some(account) };
+    let pool = FiberPool::new(template, config, RuntimeMetrics::default());
+    for i in 0..20 {
+        let resp = pool.invoke(get("/"), in_secs(30)).await.unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(resp.status, 200, "request {i}");
+    }
+    assert_eq!(pool.stats().live, 1, "one fiber served them all");
+    assert_eq!(capacity.usage().burst_slots, 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,10 +1,11 @@
 //! A Revision's fiber pool: at most `max_fibers` fibers, each serving one
 //! request at a time, a bounded queue in front, warm size set from outside.
 //! With a [`CapacityAccount`], every fiber also takes a slot of its instance's
-//! shared capacity; a request that finds none free is refused (503).
+//! shared capacity; a request that finds none free, and no fiber of its own
+//! pool about to come back from its restore, is refused (503).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +21,10 @@ use super::template::Template;
 use super::watchdog::{CallState, KillReason, WatchdogGuard};
 use crate::metrics::{PoolMetrics, RuntimeMetrics};
 use lampyr_router::InvokeError;
+
+/// Longest a call waits for one of its pool's fibers to finish restoring when the
+/// instance has no capacity to start another (a restore takes milliseconds).
+const RECYCLE_WAIT: Duration = Duration::from_secs(2);
 
 /// Bounds of one pool.
 #[derive(Clone, Debug)]
@@ -105,6 +110,10 @@ struct PoolInner {
     template: Template,
     config: PoolConfig,
     idle: Mutex<Vec<Fiber>>,
+    /// Signalled when a fiber comes back from its restore (to `idle`, or discarded).
+    returned: Condvar,
+    /// Fibers that answered and are being restored; counted under `idle`'s lock.
+    recycling: AtomicUsize,
     slots: Arc<Semaphore>,
     queued: AtomicUsize,
     in_flight: AtomicUsize,
@@ -133,6 +142,8 @@ impl FiberPool {
                 template,
                 config,
                 idle: Mutex::new(Vec::new()),
+                returned: Condvar::new(),
+                recycling: AtomicUsize::new(0),
                 slots,
                 queued: AtomicUsize::new(0),
                 in_flight: AtomicUsize::new(0),
@@ -336,6 +347,8 @@ impl PoolInner {
         state.mark_returned();
         let outcome = streamed_outcome(outcome, &sink, self.template.response_limits().max_body);
         let malformed = matches!(outcome, CallOutcome::BadResponse(_));
+        // Counted before the answer goes, so a request sent on that answer finds it.
+        self.recycling.fetch_add(1, Ordering::AcqRel);
         // Answer first: the restore is off the response's path. The answer goes before the
         // sink closes, so a caller waiting for either wakes once.
         let _ = answer.send((outcome, guest_time));
@@ -355,22 +368,56 @@ impl PoolInner {
         self.finish_call(kept, permit);
     }
 
-    /// Returns a fiber (if kept; `None` means it was discarded) to the idle list, then frees the slot.
+    /// Returns a restored fiber (if kept; `None` means it was discarded) to the idle list,
+    /// wakes a call waiting for it, then frees the slot.
     fn finish_call(&self, fiber: Option<Fiber>, permit: OwnedSemaphorePermit) {
         match fiber {
             Some(f) => self.push_idle(f),
             None => self.drop_fiber(None),
         }
+        {
+            // Under the lock, so a waiter sees the fiber and the count change together.
+            let _idle = self.idle.lock();
+            self.recycling.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.returned.notify_all();
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.gauge_update();
         drop(permit);
     }
 
+    /// An idle fiber, else a new one within capacity, else (capacity taken) one of this
+    /// pool's own coming back from its restore: its slot is about to be free, so the call
+    /// waits for it rather than being refused.
     fn take_fiber(&self) -> Result<Fiber, StartError> {
         if let Some(f) = self.idle.lock().ok().and_then(|mut v| v.pop()) {
             return Ok(f);
         }
-        self.start_fiber()
+        match self.start_fiber() {
+            Err(StartError::Capacity(_)) if self.recycling.load(Ordering::Acquire) > 0 => match self.wait_returned() {
+                Some(fiber) => Ok(fiber),
+                // Discarded instead of kept: its capacity was released.
+                None => self.start_fiber(),
+            },
+            other => other,
+        }
+    }
+
+    /// Blocks this call's thread until a restored fiber is idle (taking it) or none is
+    /// being restored any more, for at most [`RECYCLE_WAIT`].
+    fn wait_returned(&self) -> Option<Fiber> {
+        let until = std::time::Instant::now() + RECYCLE_WAIT;
+        let mut idle = self.idle.lock().ok()?;
+        loop {
+            if let Some(fiber) = idle.pop() {
+                return Some(fiber);
+            }
+            if self.recycling.load(Ordering::Acquire) == 0 {
+                return None;
+            }
+            let left = until.checked_duration_since(std::time::Instant::now())?;
+            idle = self.returned.wait_timeout(idle, left).ok()?.0;
+        }
     }
 
     /// Starts a fiber within the pool's capacity account, if it has one.
