@@ -66,7 +66,9 @@ pub struct HttpLimits {
     pub pool_max_idle: usize,
     /// Tries a request gets (through [`Backend::invoke`]) while the upstream refuses or does
     /// not accept connections, pausing 50 ms, then 200 ms, … between them within the
-    /// deadline: nothing was sent, so a Service whose endpoint is being replaced is retried.
+    /// deadline: nothing was sent, so a Service whose endpoint is being replaced, or whose
+    /// Pod is Ready before its server listens (no readiness probe), is retried. The
+    /// default 5 tries span about 4.25 s.
     pub connect_attempts: u32,
     /// Longest an upgraded connection (a WebSocket) stays open with no byte either way;
     /// then both sides are closed. Envoy's default stream idle timeout, 5 minutes.
@@ -83,7 +85,7 @@ impl Default for HttpLimits {
             connect_timeout: Duration::from_secs(1),
             pool_idle_timeout: Duration::from_secs(30),
             pool_max_idle: 256,
-            connect_attempts: 3,
+            connect_attempts: 5,
             upgraded_idle_timeout: Duration::from_secs(300),
             upgraded: Gauge::default(),
         }

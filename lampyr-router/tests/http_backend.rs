@@ -315,14 +315,15 @@ async fn an_upstream_that_starts_listening_between_tries_answers_the_request() {
     let port = refused_addr().await;
     let backend = Arc::new(HttpBackend::new(port, 1024, limits()));
     let opened = tokio::spawn(async move {
-        // After the first try (refused) and within the 50 ms + 200 ms of pauses that follow.
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        // After the fourth try (refused at about 1.05 s) and before the fifth (about 4.25 s):
+        // a Pod reported Ready (it has no readiness probe) before its server listens.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         let listener = TcpListener::bind(port).await.expect("the port is free again");
         let (stream, _) = listener.accept().await.expect("the request's connection");
         let service = hyper::service::service_fn(echo);
         let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     let resp = backend.invoke(request("POST", "/late"), deadline).await.expect("answered once the upstream listens");
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.into_body().collect().await.expect("body").to_bytes(), "POST /late\n");
