@@ -23,7 +23,9 @@ use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
-use support::{Ly, path, stderr, text};
+use support::{
+    Ly, assert_real_containers, path, pods, public_edge_refuses_what_is_internal, serves_a_domain_mapping_over_https, stderr, text,
+};
 
 /// fiber-router's NodePort (the reference's default `ingress.httpNodePort`).
 const NODE_PORT: u16 = 30080;
@@ -31,56 +33,6 @@ const NODE_PORT: u16 = 30080;
 const HTTPS_NODE_PORT: u16 = 30443;
 /// The domain the installation serves Services under.
 const DOMAIN: &str = "apps.example.org";
-
-/// Every Pod of `namespace` (all namespaces when empty) as JSON objects.
-fn pods(ly: &Ly<'_>, namespace: &str) -> Vec<Value> {
-    let mut args = vec!["get", "pods", "-o", "json"];
-    match namespace {
-        "" => args.push("--all-namespaces"),
-        ns => args.extend(["-n", ns]),
-    }
-    let out = ly.kubectl(&args);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let list: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    list["items"].as_array().cloned().unwrap_or_default()
-}
-
-/// Asserts that every container (init containers too) of every Pod in `namespaces` ran in the
-/// node's containerd from an image this checkout built: the image ID the kubelet reports is
-/// the built image's manifest or config digest.
-fn assert_real_containers(ly: &Ly<'_>, images: &RuntimeImages, namespaces: &[&str]) {
-    for namespace in namespaces {
-        for pod in pods(ly, namespace) {
-            let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            let statuses = pod["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
-            assert!(!statuses.is_empty(), "Pod {namespace}/{name} has no running container:\n{pod:#}");
-            let init = pod["status"]["initContainerStatuses"].as_array().cloned().unwrap_or_default();
-            for status in statuses.into_iter().chain(init) {
-                let id = status["containerID"].as_str().unwrap_or_default();
-                assert!(id.starts_with("containerd://"), "{namespace}/{name}: not a containerd container: {status:#}");
-                let image = status["image"].as_str().unwrap_or_default();
-                let image_id = status["imageID"].as_str().unwrap_or_default();
-                // A kubelet names an image by the reference it pulled, or by its config digest
-                // when it pulled a digest; the image ID is `repository@manifest-digest` or the config digest.
-                let built = images
-                    .images
-                    .iter()
-                    .find(|i| {
-                        lampyr_api::fiber::repository_of(image) == i.repository()
-                            || image == i.config_digest
-                            || image_id.ends_with(&i.digest)
-                    })
-                    .unwrap_or_else(|| panic!("{namespace}/{name} runs {image} ({image_id}), not a built image"));
-                assert!(
-                    image_id.ends_with(&built.config_digest) || image_id.ends_with(&built.digest),
-                    "{namespace}/{name}: image ID {image_id} is not the built {} ({})",
-                    built.digest,
-                    built.config_digest
-                );
-            }
-        }
-    }
-}
 
 /// GETs `host/` through the NodePort `count` times; returns how often each body came back.
 async fn answers(serving: &NodeIngress<'_>, host: &str, count: usize) -> BTreeMap<String, usize> {
@@ -108,65 +60,6 @@ fn grant_fiberd(ly: &Ly<'_>, namespace: &str, revision: &str) -> (String, String
         .unwrap_or_else(|| panic!("grant Pod of {grant} has no fiberd status:\n{pod:#}"));
     let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
     (name, status["containerID"].as_str().unwrap_or_default().to_string(), status["restartCount"].as_i64().unwrap_or(0))
-}
-
-/// Through the HTTP NodePort: a cluster-local host, a Revision chosen by headers and `/metrics`
-/// are each answered 404.
-async fn public_edge_refuses_what_is_internal(serving: &NodeIngress<'_>) {
-    let client = lampyr_testenv::http_client().timeout(Duration::from_secs(30)).build().expect("client");
-    let base = format!("http://{}:{NODE_PORT}", serving.node.address());
-    let local = client.get(format!("{base}/")).header("host", "hello.default.svc.cluster.local").send().await.expect("response");
-    assert_eq!(local.status().as_u16(), 404, "a cluster-local host from outside: {:?}", local.text().await);
-    let picked = client
-        .get(format!("{base}/"))
-        .header("knative-serving-namespace", "default")
-        .header("knative-serving-revision", "hello-00001")
-        .send()
-        .await
-        .expect("response");
-    assert_eq!(picked.status().as_u16(), 404, "a Revision picked by headers from outside: {:?}", picked.text().await);
-    let metrics = client.get(format!("{base}/metrics")).send().await.expect("response");
-    assert_eq!(metrics.status().as_u16(), 404, "fiber-router's metrics from outside");
-}
-
-/// Maps `domain` to Service hello with a TLS Secret the test's CA issued; GETs it through
-/// the HTTPS NodePort, trusting only that CA.
-async fn serves_a_domain_mapping_over_https(ly: &Ly<'_>, serving: &NodeIngress<'_>, domain: &str) {
-    let ca = lampyr_testenv::tls::TestCa::new("node-test-ca").unwrap_or_else(|e| panic!("{e}"));
-    let certificate = ca.issue(&[domain]).unwrap_or_else(|e| panic!("{e}"));
-    let objects = [
-        certificate.secret("default", "secure-tls"),
-        json!({
-            "apiVersion": "networking.internal.knative.dev/v1alpha1", "kind": "ClusterDomainClaim",
-            "metadata": { "name": domain }, "spec": { "namespace": "default" },
-        }),
-        json!({
-            "apiVersion": "serving.knative.dev/v1beta1", "kind": "DomainMapping",
-            "metadata": { "name": domain, "namespace": "default" },
-            "spec": {
-                "ref": { "apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "hello" },
-                "tls": { "secretName": "secure-tls" },
-            },
-        }),
-    ];
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (i, object) in objects.iter().enumerate() {
-        let file = dir.path().join(format!("{i}.json"));
-        std::fs::write(&file, object.to_string()).expect("write");
-        let out = ly.kubectl(&["apply", "-f", path(&file)]);
-        assert!(out.status.success(), "{}", stderr(&out));
-    }
-    let https = std::net::SocketAddr::from((serving.node.address(), HTTPS_NODE_PORT));
-    let body = serving
-        .poll(&format!("{domain} over HTTPS"), Duration::from_secs(1), async || {
-            let ans = lampyr_testenv::tls::https_get(https, domain, "/", ca.pem()).await.ok()?;
-            assert_eq!(ans.peer_certificate, certificate.der, "the Secret's certificate is presented");
-            (ans.status == 200).then_some(ans.body)
-        })
-        .await;
-    assert!(body.starts_with("Hello "), "hello answers over HTTPS: {body:?}");
-    let out = ly.kubectl(&["get", "domainmappings.serving.knative.dev", domain, "-n", "default", "-o", "jsonpath={.status.url}"]);
-    assert_eq!(text(&out), format!("https://{domain}"), "the DomainMapping's URL is HTTPS: {}", stderr(&out));
 }
 
 /// Applies `objects` with kubectl (each as a JSON file).
@@ -445,7 +338,7 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     //     headers and the router's metrics are refused; a DomainMapping with a TLS Secret
     //     answers over HTTPS on the HTTPS NodePort, its chain verified against the test's CA.
     public_edge_refuses_what_is_internal(&serving).await;
-    serves_a_domain_mapping_over_https(&ly, &serving, &format!("secure.{DOMAIN}")).await;
+    serves_a_domain_mapping_over_https(&ly, &serving, HTTPS_NODE_PORT, &format!("secure.{DOMAIN}")).await;
 
     // 6. Scale to zero, then a cold request is answered.
     let revisions = ["hello-00001", "hello-00002"];

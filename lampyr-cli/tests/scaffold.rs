@@ -10,7 +10,7 @@ use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The Workspace's files, in the order `ly` lists them.
-const FILES: [&str; 14] = [
+const FILES: [&str; 18] = [
     "k8s/knative-serving-crds.yaml",
     "k8s/knative-serving-core.yaml",
     "k8s/lampyr-crds.yaml",
@@ -23,6 +23,10 @@ const FILES: [&str; 14] = [
     "k8s/knative-eventing-mt-channel-broker.yaml",
     "k8s/lampyr-eventgrid-crds.yaml",
     "k8s/lampyr-eventgrid.yaml",
+    "k8s/gateway-api-crds.yaml",
+    "k8s/contour-gateway-provisioner.yaml",
+    "k8s/net-gateway-api.yaml",
+    "k8s/contour-gateways.yaml",
     "k8s/platform.yaml",
     "k8s/README.md",
 ];
@@ -100,6 +104,8 @@ fn scaffolding_writes_every_file_and_every_document_is_a_kubernetes_object() {
             source.contains("knative.dev/serving v0.42.2 (Knative 1.15.2)")
         } else if file.contains("knative-eventing") {
             source.contains("knative.dev/eventing v0.42.3 (Knative 1.15.3)")
+        } else if lampyr_manifests::gateway_files().iter().any(|(f, _)| file.ends_with(f)) {
+            source.contains("knative.dev/net-gateway-api v0.42.0 and github.com/projectcontour/contour v1.29.1")
         } else {
             source.contains(&format!("Lampyr {}, config/", env!("CARGO_PKG_VERSION")))
         };

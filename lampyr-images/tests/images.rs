@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use lampyr_images::catalog::{self, BIN_DIR, Component, Inputs, Origin};
+use lampyr_images::catalog::{self, Component, Inputs, Origin};
 use lampyr_images::delivery::{Delivery, deliver, prepare};
 use lampyr_images::{ImageFile, ImageSpec, Source, build, read_layout, write_archive};
 use lampyr_testenv::cluster::upstream::Binaries;
@@ -16,7 +16,7 @@ use lampyr_testenv::containerd::{Containerd, ContainerdOptions, RunOptions};
 use lampyr_testenv::{TestRegistry, repo_root, workspace_binary};
 
 /// Every image of the catalog: each test covers each of them.
-const TESTED: [&str; 17] = [
+const TESTED: [&str; 21] = [
     "fiberd",
     "fiberd-helper",
     "fiber-router",
@@ -34,6 +34,10 @@ const TESTED: [&str; 17] = [
     "eventing-imc-dispatcher",
     "eventing-pingsource-adapter",
     "eventing-job-sink",
+    "net-gateway-api-controller",
+    "net-gateway-api-webhook",
+    "contour",
+    "envoy",
 ];
 
 fn tested() -> Vec<&'static Component> {
@@ -87,6 +91,11 @@ fn upstream_images_are_named_as_the_workspace_manifests_name_them() {
         let reference = catalog::component(name).expect("listed").reference(&repo_root().join("knative")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(reference, format!("gcr.io/knative-releases/knative.dev/eventing/cmd/{command}:v{release}"), "{name}");
     }
+    let release = lampyr_manifests::knative::release(&modules.net_gateway_api).expect("release");
+    let reference =
+        |name: &str| catalog::component(name).expect("listed").reference(&repo_root().join("knative")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(reference("net-gateway-api-webhook"), format!("gcr.io/knative-releases/knative.dev/net-gateway-api/cmd/webhook:v{release}"));
+    assert_eq!(reference("contour"), format!("ghcr.io/projectcontour/contour:{}", modules.contour.version));
 }
 
 #[test]
@@ -154,13 +163,14 @@ fn every_image_imports_into_containerd_under_its_name_and_runs() {
         let imported = delivered.imported.clone().expect("imported");
         assert_eq!((imported.name.as_str(), imported.digest.as_str()), (spec.reference.as_str(), delivered.digest.as_str()));
 
-        let binary = format!("{BIN_DIR}/{}", component.origin.file_name());
+        let binary = component.install_path();
         let (args, env) = component.usage;
         let command: Vec<&str> = std::iter::once(binary.as_str()).chain(args.iter().copied()).collect();
         let options = RunOptions { env: env.iter().map(|e| e.to_string()).collect(), read_only: true };
         let output = containerd.run_with(&spec.reference, &command, &options).unwrap_or_else(|e| panic!("{e}"));
         let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        let usage = text.contains("Usage") && text.contains(component.origin.file_name());
+        // Envoy says `USAGE:`, the rest `Usage`.
+        let usage = text.to_lowercase().contains("usage") && text.contains(component.origin.file_name());
         if !output.status.success() || !usage {
             failures.push(format!(
                 "{} ({}): `{}` exited {} with:\n{text}\ncontainerd's log:\n{}",

@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::document::{Document, parse, read};
 use crate::filter::service_account;
 use crate::knative::LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;
-use crate::{Error, KnativeModules, eventing, knative};
+use crate::{Error, KnativeModules, eventing, gateway, knative};
 
 /// One file of `k8s/`.
 #[derive(Clone, Debug)]
@@ -57,10 +57,17 @@ pub fn eventing_files() -> Vec<(&'static str, &'static str)> {
     upstream.chain(LAMPYR_EVENTING_FILES.iter().map(|&(file, about, _)| (file, about))).collect()
 }
 
+/// The `k8s/` files `ly cluster install` applies besides the others when the ingress class is
+/// [`gateway::CLASS`], in order, with what each installs ([`gateway::PARTS`]).
+pub fn gateway_files() -> Vec<(&'static str, &'static str)> {
+    gateway::PARTS.iter().map(|p| (p.file, p.about)).collect()
+}
+
 /// The files of `k8s/`, in the order they are applied: Knative's CRDs and
 /// filtered core from `modules`, then Lampyr's from `config_dir` (the
 /// repository's `config/`), then Knative Eventing's ([`eventing::PARTS`]) and
-/// Lampyr's event sources, applied only with `--eventing` ([`eventing_files`]). `lampyr_version` is named in every header.
+/// Lampyr's event sources, applied only with `--eventing` ([`eventing_files`]), then the
+/// Gateway API layer's ([`gateway_files`]). `lampyr_version` is named in every header.
 ///
 /// Checks what it produces: every file parses back into the same objects, and
 /// every ServiceAccount a workload runs as is defined in some file.
@@ -137,6 +144,21 @@ pub fn bundle(modules: &KnativeModules, config_dir: &Path, lampyr_version: &str)
         let header =
             format!("Source: Lampyr {lampyr_version}, config/{path}.\nApplied by `ly cluster install --eventing` only.\n{written_by}");
         files.push(render(name, about, &header, &documents, false));
+    }
+    for part in &gateway::PARTS {
+        let documents = gateway::documents(modules, part)?;
+        let header = format!(
+            "Source: {} {} and {} {},\n\
+             \x20       {}; Lampyr's edits are named in each edited document's source line.\n\
+             Applied by `ly cluster install` when the ingress class is {}.\n{written_by}",
+            modules.net_gateway_api.path,
+            modules.net_gateway_api.version,
+            modules.contour.path,
+            modules.contour.version,
+            part.source,
+            gateway::CLASS,
+        );
+        files.push(render(part.file, part.about, &header, &documents, true));
     }
     check(&files)?;
     Ok(files)

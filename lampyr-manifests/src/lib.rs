@@ -4,6 +4,7 @@
 //! - [`KnativeModules`] finds the Knative Go modules `knative/go.mod` pins, in
 //!   Go's module cache (downloading them when they are missing).
 //! - [`eventing`] reads Knative Eventing's the same way, for `ly cluster install --eventing`.
+//! - [`gateway`] reads the Gateway API networking layer's (net-gateway-api, Contour).
 //! - [`knative`] reads their `config/` manifests, resolves `ko://` image
 //!   references to the Knative release images, and [`filter`] removes the stock
 //!   controller, activator and autoscaler (Lampyr runs its own controllers).
@@ -18,10 +19,11 @@ mod bundle;
 mod document;
 pub mod eventing;
 pub mod filter;
+pub mod gateway;
 pub mod knative;
 mod modules;
 
-pub use bundle::{BundleFile, bundle, eventing_files};
+pub use bundle::{BundleFile, bundle, eventing_files, gateway_files};
 pub use document::{Document, parse, read};
 pub use filter::{Filtered, Removed, is_workload};
 pub use knative::LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;

@@ -15,6 +15,16 @@ pub const NETWORKING: &str = "knative.dev/networking";
 /// The module whose `config/` holds Knative Eventing's manifests.
 pub const EVENTING: &str = "knative.dev/eventing";
 
+/// Knative's Gateway API networking layer, pinned in `knative/net-gateway-api/go.mod`.
+pub const NET_GATEWAY_API: &str = "knative.dev/net-gateway-api";
+/// Contour, the Gateway API implementation, pinned in `knative/contour/go.mod`.
+pub const CONTOUR: &str = "github.com/projectcontour/contour";
+
+/// The nested Go module (under `knative/`) pinning [`NET_GATEWAY_API`].
+pub const NET_GATEWAY_API_DIR: &str = "net-gateway-api";
+/// The nested Go module (under `knative/`) pinning [`CONTOUR`].
+pub const CONTOUR_DIR: &str = "contour";
+
 /// One Go module in the module cache.
 #[derive(Clone, Debug)]
 pub struct Module {
@@ -26,7 +36,8 @@ pub struct Module {
     pub dir: PathBuf,
 }
 
-/// The pinned `knative.dev/serving`, `knative.dev/networking` and `knative.dev/eventing` modules.
+/// The pinned `knative.dev/serving`, `knative.dev/networking` and `knative.dev/eventing`
+/// modules, and the Gateway API layer's (`knative.dev/net-gateway-api`, Contour).
 #[derive(Clone, Debug)]
 pub struct KnativeModules {
     /// `knative.dev/serving`.
@@ -35,21 +46,34 @@ pub struct KnativeModules {
     pub networking: Module,
     /// `knative.dev/eventing`.
     pub eventing: Module,
+    /// `knative.dev/net-gateway-api` (pinned in `knative/net-gateway-api/`).
+    pub net_gateway_api: Module,
+    /// `github.com/projectcontour/contour` (pinned in `knative/contour/`).
+    pub contour: Module,
 }
 
 impl KnativeModules {
-    /// The modules `go_module_dir`'s `go.mod` pins (the repository's `knative/`),
-    /// running `go mod download` for any not in the module cache yet.
+    /// The modules `go_module_dir`'s `go.mod` pins (the repository's `knative/`), and its
+    /// nested modules' (`net-gateway-api/`, `contour/`), running `go mod download`
+    /// for any not in the module cache yet.
     pub fn locate(go_module_dir: &Path) -> Result<Self, Error> {
-        let module = |path: &str| -> Result<Module, Error> {
-            if let Some(found) = list(go_module_dir, path)? {
-                return Ok(found);
-            }
-            go(go_module_dir, &["mod", "download", path])?;
-            list(go_module_dir, path)?.ok_or_else(|| Error::ModuleMissing { module: path.to_string(), dir: go_module_dir.to_path_buf() })
-        };
-        Ok(KnativeModules { serving: module(SERVING)?, networking: module(NETWORKING)?, eventing: module(EVENTING)? })
+        Ok(KnativeModules {
+            serving: locate(go_module_dir, SERVING)?,
+            networking: locate(go_module_dir, NETWORKING)?,
+            eventing: locate(go_module_dir, EVENTING)?,
+            net_gateway_api: locate(&go_module_dir.join(NET_GATEWAY_API_DIR), NET_GATEWAY_API)?,
+            contour: locate(&go_module_dir.join(CONTOUR_DIR), CONTOUR)?,
+        })
     }
+}
+
+/// Module `path` as `dir`'s `go.mod` pins it, downloaded if it is not in the cache.
+fn locate(dir: &Path, path: &str) -> Result<Module, Error> {
+    if let Some(found) = list(dir, path)? {
+        return Ok(found);
+    }
+    go(dir, &["mod", "download", path])?;
+    list(dir, path)?.ok_or_else(|| Error::ModuleMissing { module: path.to_string(), dir: dir.to_path_buf() })
 }
 
 /// `go list -m -json PATH`: the module, if its directory is in the cache.

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lampyr_manifests::{Document, KnativeModules, bundle, eventing, knative};
+use lampyr_manifests::{Document, KnativeModules, bundle, eventing, gateway, knative};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -147,6 +147,10 @@ fn the_bundle_names_its_sources_and_parses_back() {
             "knative-eventing-mt-channel-broker.yaml",
             "lampyr-eventgrid-crds.yaml",
             "lampyr-eventgrid.yaml",
+            "gateway-api-crds.yaml",
+            "contour-gateway-provisioner.yaml",
+            "net-gateway-api.yaml",
+            "contour-gateways.yaml",
         ]
     );
     for file in &files {
@@ -156,6 +160,11 @@ fn the_bundle_names_its_sources_and_parses_back() {
             format!("knative.dev/eventing {} (Knative 1.15.3)", modules.eventing.version)
         } else if file.name.starts_with("knative-") {
             format!("knative.dev/serving {} (Knative 1.15.2)", modules.serving.version)
+        } else if gateway::PARTS.iter().any(|p| p.file == file.name) {
+            format!(
+                "knative.dev/net-gateway-api {} and github.com/projectcontour/contour {}",
+                modules.net_gateway_api.version, modules.contour.version
+            )
         } else {
             "Lampyr 9.9.9, config/".to_string()
         };
@@ -235,4 +244,54 @@ fn the_eventing_substrate_is_upstreams_release_split_unchanged() {
     let core = part("knative-eventing-core.yaml");
     let controller = core.iter().find(|d| d.id() == deployment("eventing-controller")).expect("controller");
     assert!(controller.text.contains(&release("apiserver_receive_adapter")), "the ApiServerSource adapter image is resolved too");
+}
+
+#[test]
+fn the_gateway_layer_is_upstreams_contour_setup_with_lampyrs_edits_named() {
+    let modules = modules();
+    let part = |file: &str| {
+        let part = gateway::PARTS.iter().find(|p| p.file == file).expect("listed");
+        gateway::documents(&modules, part).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let find = |documents: &[Document], id: &str| documents.iter().find(|d| d.id() == id).cloned().unwrap_or_else(|| panic!("no {id}"));
+    let crds = part("gateway-api-crds.yaml");
+    assert!(crds.iter().all(|d| d.kind() == "CustomResourceDefinition"));
+    assert!(ids(&crds).contains(&"CustomResourceDefinition httproutes.gateway.networking.k8s.io".to_string()));
+
+    let contour = part("contour-gateway-provisioner.yaml");
+    assert!(ids(&contour).contains(&"CustomResourceDefinition contourdeployments.projectcontour.io".to_string()));
+    let provisioner = find(&contour, "Deployment projectcontour/contour-gateway-provisioner");
+    let container = &provisioner.object["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/projectcontour/contour:v1.29.1");
+    assert!(container["args"].as_array().expect("args").contains(&serde_json::json!("--envoy-image=docker.io/envoyproxy/envoy:v1.36.2")));
+    assert!(provisioner.origin.contains("edited by Lampyr"), "{}", provisioner.origin);
+
+    let ngw = part("net-gateway-api.yaml");
+    let image = |id: &str| find(&ngw, id).object["spec"]["template"]["spec"]["containers"][0]["image"].as_str().map(str::to_string);
+    let release = |cmd: &str| Some(format!("gcr.io/knative-releases/knative.dev/net-gateway-api/cmd/{cmd}:v1.15.0"));
+    assert_eq!(image("Deployment knative-serving/net-gateway-api-controller"), release("controller"));
+    assert_eq!(image("Deployment knative-serving/net-gateway-api-webhook"), release("webhook"));
+    assert!(!ngw.iter().any(|d| d.text.contains("ko://")), "a ko:// reference is left");
+    let config = find(&ngw, "ConfigMap knative-serving/config-gateway");
+    assert!(config.object["data"]["external-gateways"].as_str().is_some_and(|g| g.contains("contour-external/knative-external")));
+    assert_eq!(
+        ngw.iter().filter(|d| d.name() == "config-gateway").count(),
+        1,
+        "upstream's example config-gateway is replaced, not doubled"
+    );
+
+    let gateways = part("contour-gateways.yaml");
+    let external = find(&gateways, "Gateway contour-external/knative-external");
+    assert!(!external.origin.contains("edited"), "upstream's Gateway is applied as it is");
+    let ports: Vec<u64> =
+        external.object["spec"]["listeners"].as_array().expect("listeners").iter().filter_map(|l| l["port"].as_u64()).collect();
+    assert_eq!(ports, [80, 443]);
+    for namespace in ["contour-external", "contour-internal"] {
+        let deployment = find(&gateways, &format!("ContourDeployment {namespace}/{namespace}"));
+        assert_eq!(deployment.object["spec"]["envoy"]["networkPublishing"]["type"], "ClusterIPService", "{namespace}");
+        assert_eq!(deployment.object["spec"]["envoy"]["deployment"]["replicas"], 1, "{namespace}");
+        assert_eq!(deployment.object["spec"]["runtimeSettings"]["enableExternalNameService"], true, "Revisions' Services are ExternalName");
+    }
+    let node_ports = find(&gateways, "Service contour-external/envoy-knative-external-nodeports");
+    assert_eq!(node_ports.object["spec"]["type"], "NodePort");
 }

@@ -102,7 +102,7 @@ impl<'a> Ly<'a> {
 }
 
 /// The checks `ly cluster health` runs, in its table.
-pub const HEALTH_CHECKS: usize = 10;
+pub const HEALTH_CHECKS: usize = 11;
 
 impl Ly<'_> {
     /// Runs `ly cluster health` every 500 ms until every check but cert-manager's passes

@@ -43,7 +43,7 @@ use cgroups::NodeCgroup;
 use netns::NodeNetwork;
 
 pub use images::{SystemImages, binary_image_archive};
-pub use serving::{NodeIngress, install_lampyr};
+pub use serving::{NodeIngress, install_lampyr, install_lampyr_with};
 
 /// The node's name (and kubelet's hostname).
 pub const NODE_NAME: &str = "lampyr-node";

@@ -10,10 +10,17 @@ use crate::knative_services::Serving;
 use crate::ly::{Ly, path};
 use crate::runtime_images::RuntimeImages;
 
-/// The Pods whose logs a failure message shows: Lampyr's components, grant Pods and Knative
-/// Eventing's (when installed).
-const LOGGED_PODS: [&str; 3] =
-    ["app.kubernetes.io/part-of=lampyr", "app.kubernetes.io/name=fiberd", "app.kubernetes.io/name=knative-eventing"];
+/// The Pods whose logs a failure message shows: Lampyr's components, grant Pods, Knative
+/// Eventing's and the Gateway API layer's (when installed).
+const LOGGED_PODS: [&str; 7] = [
+    "app.kubernetes.io/part-of=lampyr",
+    "app.kubernetes.io/name=fiberd",
+    "app.kubernetes.io/name=knative-eventing",
+    "app=net-gateway-api-controller",
+    "app=net-gateway-api-webhook",
+    "control-plane=contour-gateway-provisioner",
+    "app.kubernetes.io/managed-by=contour-gateway-provisioner",
+];
 
 /// Lampyr as `ly cluster install` left it on a [`Node`], served through NodePort `port`.
 pub struct NodeIngress<'a> {
@@ -74,20 +81,29 @@ fn output(mut command: Command) -> String {
 /// registry, Services under `domain`; then `ly cluster install` with `extra_args` (e.g.
 /// `--eventing`). Returns install's output.
 pub async fn install_lampyr(node: &Node, ly: &Ly<'_>, images: &RuntimeImages, domain: &str, extra_args: &[&str]) -> Result<Output, String> {
+    install_lampyr_with(node, ly, images, domain, &[], extra_args).await
+}
+
+/// [`install_lampyr`] with more `platform.yaml` keys (`key`, inline YAML value), e.g.
+/// `("ingress", "{class: gateway-api.ingress.networking.knative.dev}")`.
+pub async fn install_lampyr_with(
+    node: &Node,
+    ly: &Ly<'_>,
+    images: &RuntimeImages,
+    domain: &str,
+    settings: &[(&str, &str)],
+    extra_args: &[&str],
+) -> Result<Output, String> {
     images.push(&format!("http://{}", node.registry().host())).await?;
     for registry in images.registries() {
         node.mirror(&registry)?;
     }
     let templates = format!("[http://{}/lampyr/fiberd-templates]", node.registry().host());
-    let settings = ly.settings(
-        "platform.yaml",
-        &[
-            ("grantImage", &images.pinned("fiberd")),
-            ("helperImage", &images.pinned("fiberd-helper")),
-            ("zygoteRegistries", &templates),
-            ("domain", domain),
-        ],
-    );
+    let (grant, helper) = (images.pinned("fiberd"), images.pinned("fiberd-helper"));
+    let mut keys: Vec<(&str, &str)> =
+        vec![("grantImage", &grant), ("helperImage", &helper), ("zygoteRegistries", &templates), ("domain", domain)];
+    keys.extend(settings);
+    let settings = ly.settings("platform.yaml", &keys);
     let mut args = vec!["install", "--non-interactive", "--provider-config", path(&settings)];
     args.extend(extra_args);
     Ok(ly.cluster(&args))

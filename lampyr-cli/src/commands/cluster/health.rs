@@ -53,8 +53,18 @@ pub fn checks(kubectl: &Kubectl) -> Vec<Check> {
     let api = Check::new("api-server", api.map_err(|e| e.to_string()));
     if !api.ok {
         let unreachable = "not checked: the API server is unreachable (check --context/--kubeconfig)".to_string();
-        let rest =
-            ["installation", "crds", "webhook", "controllers", "router", "eventing", "cert-manager", "fleet-key", "template-repository"];
+        let rest = [
+            "installation",
+            "crds",
+            "webhook",
+            "controllers",
+            "router",
+            "networking",
+            "eventing",
+            "cert-manager",
+            "fleet-key",
+            "template-repository",
+        ];
         return std::iter::once(api).chain(rest.map(|c| Check::new(c, Err(unreachable.clone())))).collect();
     }
     let plan = read_plan(kubectl).map_err(|e| e.to_string());
@@ -71,6 +81,7 @@ pub fn checks(kubectl: &Kubectl) -> Vec<Check> {
         Check::new("webhook", webhook(kubectl)),
         Check::new("controllers", controllers(kubectl)),
         Check::new("router", router(kubectl)),
+        Check::new("networking", networking(kubectl)),
         Check::new("eventing", eventing(kubectl, &plan)),
         Check::new("cert-manager", cert_manager(kubectl).map_err(|e| e.to_string()).and_then(|r| r)),
         Check::new("fleet-key", fleet_key(kubectl)),
@@ -156,6 +167,35 @@ fn router(kubectl: &Kubectl) -> Result<String, String> {
 }
 
 /// The Deployment of Lampyr's AzureEventGridSource adapter (installed with Eventing).
+/// The KIngress layer `config-network` names: fiber-router's own class needs nothing more; the
+/// Gateway API layer needs its controllers, both Gateways programmed, and the Contour and Envoy
+/// the provisioner runs for each (`contour-GATEWAY`, `envoy-GATEWAY`) available.
+fn networking(kubectl: &Kubectl) -> Result<String, String> {
+    let config = kubectl.get_json("configmap/config-network", Some("knative-serving")).map_err(text)?;
+    let class = config.as_ref().and_then(|c| c["data"]["ingress-class"].as_str().map(str::to_string)).unwrap_or_default();
+    if class != lampyr_manifests::gateway::CLASS {
+        return Ok(format!("ingress-class {class}: fiber-router's own or one ly does not install (not checked)"));
+    }
+    let gateway = |namespace: &str, name: &str| -> Result<String, String> {
+        let found = kubectl.get_json(&format!("gateways.gateway.networking.k8s.io/{name}"), Some(namespace)).map_err(text)?;
+        let gateway = found.ok_or_else(|| format!("Gateway {namespace}/{name}: missing"))?;
+        let summary = format!("Gateway {namespace}/{name}");
+        if condition(&gateway, "Programmed") { Ok(format!("{summary} programmed")) } else { Err(format!("{summary} not programmed")) }
+    };
+    use lampyr_manifests::gateway::{EXTERNAL_GATEWAY, EXTERNAL_NAMESPACE, INTERNAL_GATEWAY, INTERNAL_NAMESPACE, PROVISIONER_NAMESPACE};
+    let mut results = vec![
+        deployment(kubectl, "knative-serving", "net-gateway-api-controller"),
+        deployment(kubectl, "knative-serving", "net-gateway-api-webhook"),
+        deployment(kubectl, PROVISIONER_NAMESPACE, "contour-gateway-provisioner"),
+    ];
+    for (namespace, name) in [(EXTERNAL_NAMESPACE, EXTERNAL_GATEWAY), (INTERNAL_NAMESPACE, INTERNAL_GATEWAY)] {
+        results.push(gateway(namespace, name));
+        results.push(deployment(kubectl, namespace, &format!("contour-{name}")));
+        results.push(deployment(kubectl, namespace, &format!("envoy-{name}")));
+    }
+    all(results)
+}
+
 const EVENTGRID_ADAPTER: &str = "eventgrid-adapter";
 
 /// Knative Eventing, when the installation applied it: each of its Deployments (and the

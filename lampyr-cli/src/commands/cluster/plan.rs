@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use base64::prelude::{BASE64_STANDARD, Engine as _};
 use lampyr_artifact::reference::{self, Repository};
+use lampyr_manifests::gateway;
 use serde_json::{Value, json};
 
 use super::settings::{Checked, ControllerManifest};
@@ -163,10 +164,14 @@ pub fn leave_aggregated_rules(object: &mut Value) {
     }
 }
 
-/// Every step of an install, in order (the installation record is added by the caller);
-/// with `eventing`, Knative Eventing's Workspace files after Lampyr's.
+/// Every step of an install, in order (the installation record is added by the caller):
+/// the Gateway API layer's Workspace files after Lampyr's when the ingress class is
+/// [`lampyr_manifests::gateway::CLASS`]; with `eventing`, Knative Eventing's after those.
 pub fn steps(workspace: &Path, checked: &Checked, eventing: bool) -> Result<Vec<Step>, PlanError> {
     let mut files: Vec<(&str, &str)> = WORKSPACE_MANIFESTS.to_vec();
+    if uses_gateway_layer(checked) {
+        files.extend(lampyr_manifests::gateway_files());
+    }
     if eventing {
         files.extend(lampyr_manifests::eventing_files());
     }
@@ -212,8 +217,14 @@ fn controller_manifest(source: &ControllerManifest) -> Result<(String, String), 
     }
 }
 
-/// fiber-router's public Service: the only one reachable from outside the cluster.
+/// fiber-router's public Service: the only one reachable from outside the cluster
+/// (with fiber-router's own KIngress class; behind the Gateway API layer it stays inside).
 pub const PUBLIC_SERVICE: &str = "fiber-router-public";
+
+/// Whether the installation puts the Gateway API layer (Envoy) in front of fiber-router.
+pub fn uses_gateway_layer(checked: &Checked) -> bool {
+    checked.settings.ingress.class == lampyr_manifests::gateway::CLASS
+}
 
 /// Puts the platform settings into the objects that carry them.
 fn settle(object: &mut Value, checked: &Checked) {
@@ -239,17 +250,29 @@ fn settle(object: &mut Value, checked: &Checked) {
                 set_env(object, lampyr_artifact::credentials::CA_PEM_ENV, pem);
             }
         }
-        ("Service", Some(SYSTEM_NAMESPACE), PUBLIC_SERVICE) => {
-            object["spec"]["type"] = json!("NodePort");
+        ("Service", Some(gateway::EXTERNAL_NAMESPACE), gateway::NODE_PORT_SERVICE) => set_node_ports(object, checked),
+        // Envoy's Service holds the NodePorts; fiber-router is reached only through it.
+        ("Service", Some(SYSTEM_NAMESPACE), PUBLIC_SERVICE) if uses_gateway_layer(checked) => {
+            object["spec"]["type"] = json!("ClusterIP");
             for port in object.pointer_mut("/spec/ports").and_then(Value::as_array_mut).into_iter().flatten() {
-                match port["port"].as_u64() {
-                    Some(80) => port["nodePort"] = json!(settings.ingress.http_node_port),
-                    Some(443) => port["nodePort"] = json!(settings.ingress.https_node_port),
-                    _ => {}
-                }
+                port.as_object_mut().map(|p| p.remove("nodePort"));
             }
         }
+        ("Service", Some(SYSTEM_NAMESPACE), PUBLIC_SERVICE) => set_node_ports(object, checked),
         _ => {}
+    }
+}
+
+/// Makes a public Service a NodePort Service: its port 80 on `ingress.httpNodePort`, 443 on `ingress.httpsNodePort`.
+fn set_node_ports(object: &mut Value, checked: &Checked) {
+    let ingress = &checked.settings.ingress;
+    object["spec"]["type"] = json!("NodePort");
+    for port in object.pointer_mut("/spec/ports").and_then(Value::as_array_mut).into_iter().flatten() {
+        match port["port"].as_u64() {
+            Some(80) => port["nodePort"] = json!(ingress.http_node_port),
+            Some(443) => port["nodePort"] = json!(ingress.https_node_port),
+            _ => {}
+        }
     }
 }
 
