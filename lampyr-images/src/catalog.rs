@@ -4,10 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use lampyr_manifests::KnativeModules;
-
 use crate::Error;
 use crate::spec::{Binary, Directory, ImageSpec, User};
+use crate::upstream::UpstreamImages;
 
 /// Repository prefix of Lampyr's own images, as the `ly cluster` reference names them.
 pub const LAMPYR_REPOSITORY: &str = "ghcr.io/hyperlight-dev/lampyr";
@@ -340,12 +339,21 @@ impl Component {
     }
 
     /// Its full reference; a [`Naming::KnativeManifest`] one is read from the
-    /// Workspace's Knative manifests (the modules `knative_module` pins).
+    /// Workspace's upstream manifests (the modules `knative_module` pins). To name many
+    /// images, read the manifests once ([`UpstreamImages::read`]) and use [`Component::reference_in`].
     pub fn reference(&self, knative_module: &Path) -> Result<String, Error> {
+        match self.naming {
+            Naming::KnativeManifest { .. } => self.reference_in(&UpstreamImages::read(knative_module)?),
+            _ => self.reference_in(&UpstreamImages::default()),
+        }
+    }
+
+    /// Its full reference, a [`Naming::KnativeManifest`] one looked up in `upstream`.
+    pub fn reference_in(&self, upstream: &UpstreamImages) -> Result<String, Error> {
         match self.naming {
             Naming::Lampyr { repository } => Ok(format!("{LAMPYR_REPOSITORY}/{repository}:{LAMPYR_TAG}")),
             Naming::Fixed(reference) => Ok(reference.to_string()),
-            Naming::KnativeManifest { namespace, deployment, container } => knative_image(knative_module, namespace, deployment, container),
+            Naming::KnativeManifest { namespace, deployment, container } => upstream.get(namespace, deployment, container),
         }
     }
 
@@ -381,36 +389,6 @@ impl Component {
             ca_bundle: self.registry_tls.then(|| inputs.ca_bundle.clone()),
         })
     }
-}
-
-/// The image of container `container` of Deployment `namespace/deployment` in
-/// the Knative Serving core, Eventing or Gateway API layer manifests a Workspace installs (`ko://`
-/// references resolved to the release's images by `lampyr-manifests`).
-pub fn knative_image(knative_module: &Path, namespace: &str, deployment: &str, container: &str) -> Result<String, Error> {
-    let modules = KnativeModules::locate(knative_module)?;
-    let documents = match namespace {
-        lampyr_manifests::eventing::NAMESPACE => lampyr_manifests::eventing::all(&modules)?,
-        lampyr_manifests::gateway::PROVISIONER_NAMESPACE => lampyr_manifests::gateway::all(&modules)?,
-        // net-gateway-api's Deployments share Serving's namespace.
-        _ => {
-            let mut documents = lampyr_manifests::knative::core(&modules)?.kept;
-            documents.extend(lampyr_manifests::gateway::all(&modules)?);
-            documents
-        }
-    };
-    let found = documents
-        .iter()
-        .find(|d| d.kind() == "Deployment" && d.namespace() == Some(namespace) && d.name() == deployment)
-        .and_then(|d| d.object.pointer("/spec/template/spec/containers")?.as_array().cloned())
-        .and_then(|containers| {
-            let wanted = containers.into_iter().find(|c| c.get("name").and_then(|n| n.as_str()) == Some(container))?;
-            wanted.get("image")?.as_str().map(str::to_string)
-        });
-    found.ok_or_else(|| {
-        Error::Manifests(lampyr_manifests::Error::Inconsistent(format!(
-            "the Knative Serving core and Eventing manifests have no Deployment {namespace}/{deployment} with a container {container} naming an image"
-        )))
-    })
 }
 
 #[cfg(test)]

@@ -4,11 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::Error;
-use crate::catalog::{Component, Inputs};
+use crate::catalog::{Component, Inputs, Naming};
 use crate::containerd::{ImportedImage, import_containerd};
 use crate::layout::{build, write_archive};
 use crate::push::{mirror_reference, push};
 use crate::spec::ImageSpec;
+use crate::upstream::UpstreamImages;
 
 /// Where images go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,10 +55,16 @@ impl Delivered {
 /// The specs of `components`, all checked before anything is built: a missing
 /// binary fails here, naming the package and the build command.
 pub fn prepare(components: &[&'static Component], inputs: &Inputs) -> Result<Vec<(&'static Component, ImageSpec)>, Error> {
+    // The upstream manifests are read once, and only when an image is named by them.
+    let upstream = if components.iter().any(|c| matches!(c.naming, Naming::KnativeManifest { .. })) {
+        UpstreamImages::read(&inputs.knative_module)?
+    } else {
+        UpstreamImages::default()
+    };
     components
         .iter()
         .map(|component| {
-            let reference = component.reference(&inputs.knative_module)?;
+            let reference = component.reference_in(&upstream)?;
             Ok((*component, component.spec(inputs, &reference)?))
         })
         .collect()
