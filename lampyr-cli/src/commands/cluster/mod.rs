@@ -243,6 +243,24 @@ fn summarize_apply(ui: &mut Ui, context: &str, plan: &[ObjectRef], checked: &set
         checked.templates.pull,
         checked.allowed_repositories.join(", ")
     ));
+    match ingress_layer(&checked.settings.ingress.class) {
+        Ok(layer) => ui.note(layer),
+        Err(warning) => ui.warn(warning),
+    }
+}
+
+/// What implements the KIngress class `class`: one of the layers ly installs, or a warning.
+fn ingress_layer(class: &str) -> Result<String, String> {
+    let fiber = lampyr_api::keys::FIBER_INGRESS_CLASS;
+    let gateway = lampyr_manifests::gateway::CLASS;
+    match class {
+        c if c == fiber => Ok(format!("ingress: {class}: fiber-router serves the KIngresses itself")),
+        c if c == gateway => Ok(format!("ingress: {class}: net-gateway-api, Contour and Envoy in front of fiber-router")),
+        _ => Err(format!(
+            "ingress.class {class} is neither fiber-router's ({fiber}) nor the Gateway API layer's ({gateway}): ly installs \
+             no networking layer for it, and no Route becomes Ready until one that implements it runs"
+        )),
+    }
 }
 
 /// Asks before changing anything, unless approved by flag; refuses when it cannot ask.
@@ -507,6 +525,14 @@ mod tests {
                 "inmemorychannels.messaging.knative.dev",
             ]
         );
+    }
+
+    #[test]
+    fn an_ingress_class_ly_installs_no_layer_for_is_warned_about() {
+        assert!(ingress_layer(lampyr_api::keys::FIBER_INGRESS_CLASS).is_ok_and(|l| l.contains("fiber-router serves")));
+        assert!(ingress_layer(lampyr_manifests::gateway::CLASS).is_ok_and(|l| l.contains("Envoy")));
+        let warning = ingress_layer("kourier.ingress.networking.knative.dev").expect_err("not installed by ly");
+        assert!(warning.contains("no Route becomes Ready"), "{warning}");
     }
 
     #[test]

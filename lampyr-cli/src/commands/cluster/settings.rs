@@ -11,8 +11,9 @@ use crate::commands::scaffold::{
 };
 use crate::template_repository::{self, RegistryMirror, TemplateRepository, TemplateRepositoryError};
 
-/// The ingress class a fresh installation gives `config-network`: fiber-router's KIngress class.
-pub const DEFAULT_INGRESS_CLASS: &str = "fiber.ingress.networking.knative.dev";
+/// The ingress class a fresh installation gives `config-network`: fiber-router's KIngress class
+/// (the Gateway API layer, [`lampyr_manifests::gateway::CLASS`], is chosen in the settings).
+pub const DEFAULT_INGRESS_CLASS: &str = lampyr_api::keys::FIBER_INGRESS_CLASS;
 
 /// The platform settings, as `k8s/platform.yaml` and `--provider-config` spell them.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
