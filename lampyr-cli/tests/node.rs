@@ -24,7 +24,8 @@ use lampyr_testenv::{Node, Serving, repo_root};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use support::{
-    Ly, assert_real_containers, path, pods, public_edge_refuses_what_is_internal, serves_a_domain_mapping_over_https, stderr, text,
+    Ly, assert_real_containers, path, pods, public_edge_refuses_what_is_internal, scale_to_zero_after, serves_a_domain_mapping_over_https,
+    stderr, text,
 };
 
 /// fiber-router's NodePort (the reference's default `ingress.httpNodePort`).
@@ -285,9 +286,7 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     assert_real_containers(&ly, &images, &["lampyr-system", "knative-serving", "knative-eventing"]);
 
     // Scale to zero after 6 s without traffic, through Knative's own configuration.
-    let patch = json!({ "data": { "scale-to-zero-grace-period": "6s" } }).to_string();
-    let out = ly.kubectl(&["patch", "configmap/config-autoscaler", "-n", "knative-serving", "--type=merge", "-p", &patch]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    scale_to_zero_after(&ly, "6s");
 
     // 4. Deploy hello; the host reaches it through the NodePort with its Host.
     let hello = repo_root().join("examples/hello");

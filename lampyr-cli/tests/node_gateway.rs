@@ -17,7 +17,9 @@ use lampyr_testenv::node::{NodeIngress, install_lampyr_with};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root};
 use serde_json::{Value, json};
-use support::{Ly, assert_real_containers, path, public_edge_refuses_what_is_internal, serves_a_domain_mapping_over_https, stderr};
+use support::{
+    Ly, assert_real_containers, path, public_edge_refuses_what_is_internal, scale_to_zero_after, serves_a_domain_mapping_over_https, stderr,
+};
 
 /// Envoy's HTTP NodePort (the reference's default `ingress.httpNodePort`).
 const NODE_PORT: u16 = 30080;
@@ -113,9 +115,7 @@ async fn envoy_routes_knative_traffic_to_fiber_router_on_a_real_node() {
     assert!(node_ports.contains(&u64::from(NODE_PORT)), "Envoy's Service holds NodePort {NODE_PORT}: {node_ports:?}");
 
     // Scale to zero after 6 s without traffic, through Knative's own configuration.
-    let patch = json!({ "data": { "scale-to-zero-grace-period": "6s" } }).to_string();
-    let out = ly.kubectl(&["patch", "configmap/config-autoscaler", "-n", "knative-serving", "--type=merge", "-p", &patch]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    scale_to_zero_after(&ly, "6s");
 
     // 3. hello through Envoy: the Route's HTTPRoute sends the host to the Revision's
     //    ExternalName Service, which names fiber-router.

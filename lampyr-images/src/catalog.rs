@@ -183,17 +183,7 @@ pub const COMPONENTS: [Component; 21] = [
         usage: (&["-h"], &[]),
         install_path: None,
     },
-    Component {
-        name: "knative-webhook",
-        naming: Naming::KnativeManifest { namespace: "knative-serving", deployment: "webhook", container: "webhook" },
-        origin: Origin::Go { name: "knative-webhook" },
-        user: User::NonRoot,
-        registry_tls: false,
-        env: KO_ENV,
-        directories: KO_DIRS,
-        usage: (&["-h"], WEBHOOK_ENV),
-        install_path: None,
-    },
+    upstream_knative("knative-webhook", ("knative-serving", "webhook", "webhook"), "knative-webhook", WEBHOOK_ENV),
     Component {
         name: "eventgrid-adapter",
         naming: Naming::Lampyr { repository: "eventgrid-adapter" },
@@ -214,28 +204,18 @@ pub const COMPONENTS: [Component; 21] = [
     eventing("eventing-imc-dispatcher", ("imc-dispatcher", "dispatcher"), "eventing-in_memory-channel_dispatcher", &[]),
     eventing("eventing-pingsource-adapter", ("pingsource-mt-adapter", "dispatcher"), "eventing-mtping", &[]),
     eventing("eventing-job-sink", ("job-sink", "job-sink"), "eventing-jobsink", &[]),
-    Component {
-        name: "net-gateway-api-controller",
-        naming: Naming::KnativeManifest { namespace: "knative-serving", deployment: "net-gateway-api-controller", container: "controller" },
-        origin: Origin::Go { name: "net-gateway-api-controller" },
-        user: User::NonRoot,
-        registry_tls: false,
-        env: KO_ENV,
-        directories: KO_DIRS,
-        usage: (&["-h"], &[]),
-        install_path: None,
-    },
-    Component {
-        name: "net-gateway-api-webhook",
-        naming: Naming::KnativeManifest { namespace: "knative-serving", deployment: "net-gateway-api-webhook", container: "webhook" },
-        origin: Origin::Go { name: "net-gateway-api-webhook" },
-        user: User::NonRoot,
-        registry_tls: false,
-        env: KO_ENV,
-        directories: KO_DIRS,
-        usage: (&["-h"], WEBHOOK_ENV),
-        install_path: None,
-    },
+    upstream_knative(
+        "net-gateway-api-controller",
+        ("knative-serving", "net-gateway-api-controller", "controller"),
+        "net-gateway-api-controller",
+        &[],
+    ),
+    upstream_knative(
+        "net-gateway-api-webhook",
+        ("knative-serving", "net-gateway-api-webhook", "webhook"),
+        "net-gateway-api-webhook",
+        WEBHOOK_ENV,
+    ),
     Component {
         name: "contour",
         naming: Naming::KnativeManifest {
@@ -274,9 +254,21 @@ const fn eventing(
     binary: &'static str,
     usage_env: &'static [&'static str],
 ) -> Component {
+    upstream_knative(name, (lampyr_manifests::eventing::NAMESPACE, deployment, container), binary, usage_env)
+}
+
+/// An upstream Knative image (built with ko upstream, so it gets ko's data path): the binary
+/// `scripts/cluster-bins` calls `binary`, named as container `container` of Deployment
+/// `namespace/deployment` names it. `usage_env`: what it needs to print its usage.
+const fn upstream_knative(
+    name: &'static str,
+    (namespace, deployment, container): (&'static str, &'static str, &'static str),
+    binary: &'static str,
+    usage_env: &'static [&'static str],
+) -> Component {
     Component {
         name,
-        naming: Naming::KnativeManifest { namespace: lampyr_manifests::eventing::NAMESPACE, deployment, container },
+        naming: Naming::KnativeManifest { namespace, deployment, container },
         origin: Origin::Go { name: binary },
         user: User::NonRoot,
         registry_tls: false,

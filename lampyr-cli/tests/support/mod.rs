@@ -124,3 +124,10 @@ pub async fn serves_a_domain_mapping_over_https(ly: &Ly<'_>, serving: &NodeIngre
     let out = ly.kubectl(&["get", "domainmappings.serving.knative.dev", domain, "-n", "default", "-o", "jsonpath={.status.url}"]);
     assert_eq!(text(&out), format!("https://{domain}"), "the DomainMapping's URL is HTTPS: {}", stderr(&out));
 }
+
+/// Sets Knative's `scale-to-zero-grace-period` (config-autoscaler) to `period`.
+pub fn scale_to_zero_after(ly: &Ly<'_>, period: &str) {
+    let patch = json!({ "data": { "scale-to-zero-grace-period": period } }).to_string();
+    let out = ly.kubectl(&["patch", "configmap/config-autoscaler", "-n", "knative-serving", "--type=merge", "-p", &patch]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
