@@ -203,15 +203,16 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     let health = env.ly(&["health"]);
     let table = health_table(&health);
     assert_eq!(health.status.code(), Some(1), "{}", text(&health));
-    for passes in ["api-server", "installation", "crds", "webhook", "eventing", "fleet-key", "template-repository"] {
+    for passes in ["api-server", "installation", "crds", "webhook", "networking", "eventing", "fleet-key", "template-repository"] {
         assert_eq!(table.get(passes), Some(&true), "{passes} passes:\n{}", text(&health));
     }
     assert!(text(&health).contains("not installed (`ly cluster install --eventing` installs it)"), "{}", text(&health));
+    assert!(text(&health).contains("ingress-class fiber.ingress.networking.knative.dev: fiber-router's own"), "{}", text(&health));
     for fails in ["controllers", "router", "cert-manager"] {
         assert_eq!(table.get(fails), Some(&false), "{fails} fails:\n{}", text(&health));
     }
     assert!(text(&health).contains("lampyr-system/fiber-router 0/2 available"), "{}", text(&health));
-    assert!(stderr(&health).contains("3 of 10 health checks failed"), "{}", stderr(&health));
+    assert!(stderr(&health).contains("3 of 11 health checks failed"), "{}", stderr(&health));
 
     // Reinstall changes nothing.
     let versions = env.resource_versions();

@@ -176,8 +176,10 @@ pub fn platform_settings() -> String {
          routerImage: {DEFAULT_ROUTER_IMAGE}\n\
          # Knative Services are served at <service>.<namespace>.<domain>.\n\
          domain: {DEFAULT_DOMAIN}\n\
-         # The ingress Service's NodePorts (local clusters; a provider maps its host\n\
-         # ports to them).\n\
+         # The public edge's NodePorts (local clusters; a provider maps its host\n\
+         # ports to them). `class: gateway-api.ingress.networking.knative.dev` puts\n\
+         # net-gateway-api, Contour and Envoy in front of fiber-router; the default\n\
+         # is fiber-router's own KIngress class.\n\
          ingress:\n\
          \x20 httpNodePort: {DEFAULT_HTTP_NODE_PORT}\n\
          \x20 httpsNodePort: {DEFAULT_HTTPS_NODE_PORT}\n\
@@ -214,6 +216,11 @@ fn readme(files: &[WorkspaceFile]) -> String {
          {KNATIVE_NETWORKING}, as Knative {KNATIVE_RELEASE}'s release publishes them\n\
          (images `gcr.io/knative-releases/...:v{KNATIVE_RELEASE}`); Lampyr's come from its own repository.\n\
          \n\
+         `gateway-api-crds.yaml`, `contour-gateway-provisioner.yaml`, `net-gateway-api.yaml` and\n\
+         `contour-gateways.yaml` are applied only when `ingress.class` in `platform.yaml` is\n\
+         `gateway-api.ingress.networking.knative.dev`: Knative's net-gateway-api on Contour and\n\
+         Envoy, in front of fiber-router (Lampyr's edits are named in each document's source line).\n\
+         \n\
          The `knative-eventing-*.yaml` and `lampyr-eventgrid*.yaml` files are applied only by\n\
          `ly cluster install --eventing`: Knative Eventing from {KNATIVE_EVENTING}, unchanged,\n\
          split as its release splits it (CRDs, core, the in-memory channel, the multi-tenant\n\
@@ -227,10 +234,10 @@ fn readme(files: &[WorkspaceFile]) -> String {
          \n\
          Not here:\n\
          \n\
-         - TODO: Kourier, the default ingress. Its Go module (knative.dev/net-kourier) could not be\n\
-         \x20 fetched when this ly was built, so `kourier.yaml` is not generated yet. Until it is,\n\
-         \x20 install Kourier for Knative {KNATIVE_RELEASE} yourself, or let fiber-router be the ingress:\n\
-         \x20 `ingress-class: fiber.ingress.networking.knative.dev` in `config-network`.\n\
+         - Kourier. Its Go module (knative.dev/net-kourier) could not be fetched when this ly was\n\
+         \x20 built, so `kourier.yaml` is not generated. fiber-router is the ingress by default\n\
+         \x20 (`ingress-class: fiber.ingress.networking.knative.dev`); the Gateway API layer above\n\
+         \x20 is the upstream Envoy-based one.\n\
          - The grant controller (`fiberd-k8s-controller`): `ly cluster install` applies it, as\n\
          \x20 written, from the `controllerManifest` platform setting.\n\
          - cert-manager and its csi-driver: `ly cluster install` does not install them. It checks\n\
