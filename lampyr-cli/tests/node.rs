@@ -24,8 +24,8 @@ use lampyr_testenv::{Node, Serving, repo_root};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use support::{
-    Ly, assert_real_containers, path, pods, public_edge_refuses_what_is_internal, scale_to_zero_after, serves_a_domain_mapping_over_https,
-    stderr, text,
+    Ly, apply, assert_real_containers, path, pods, public_edge_refuses_what_is_internal, scale_to_zero_after,
+    serves_a_domain_mapping_over_https, stderr, text,
 };
 
 /// fiber-router's NodePort (the reference's default `ingress.httpNodePort`).
@@ -61,17 +61,6 @@ fn grant_fiberd(ly: &Ly<'_>, namespace: &str, revision: &str) -> (String, String
         .unwrap_or_else(|| panic!("grant Pod of {grant} has no fiberd status:\n{pod:#}"));
     let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
     (name, status["containerID"].as_str().unwrap_or_default().to_string(), status["restartCount"].as_i64().unwrap_or(0))
-}
-
-/// Applies `objects` with kubectl (each as a JSON file).
-fn apply(ly: &Ly<'_>, objects: &[Value]) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (i, object) in objects.iter().enumerate() {
-        let file = dir.path().join(format!("{i}.json"));
-        std::fs::write(&file, object.to_string()).expect("write");
-        let out = ly.kubectl(&["apply", "-f", path(&file)]);
-        assert!(out.status.success(), "applying {object}: {}", stderr(&out));
-    }
 }
 
 /// Waits until Revision `default/revision` is scaled to zero (`Active=False`).

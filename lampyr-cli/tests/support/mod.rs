@@ -105,13 +105,7 @@ pub async fn serves_a_domain_mapping_over_https(ly: &Ly<'_>, serving: &NodeIngre
             },
         }),
     ];
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (i, object) in objects.iter().enumerate() {
-        let file = dir.path().join(format!("{i}.json"));
-        std::fs::write(&file, object.to_string()).expect("write");
-        let out = ly.kubectl(&["apply", "-f", path(&file)]);
-        assert!(out.status.success(), "{}", stderr(&out));
-    }
+    apply(ly, &objects);
     let https = std::net::SocketAddr::from((serving.node.address(), https_port));
     let body = serving
         .poll(&format!("{domain} over HTTPS"), Duration::from_secs(1), async || {
@@ -130,4 +124,15 @@ pub fn scale_to_zero_after(ly: &Ly<'_>, period: &str) {
     let patch = json!({ "data": { "scale-to-zero-grace-period": period } }).to_string();
     let out = ly.kubectl(&["patch", "configmap/config-autoscaler", "-n", "knative-serving", "--type=merge", "-p", &patch]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Applies `objects` with kubectl (each as a JSON file).
+pub fn apply(ly: &Ly<'_>, objects: &[Value]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, object) in objects.iter().enumerate() {
+        let file = dir.path().join(format!("{i}.json"));
+        std::fs::write(&file, object.to_string()).expect("write");
+        let out = ly.kubectl(&["apply", "-f", path(&file)]);
+        assert!(out.status.success(), "applying {object}: {}", stderr(&out));
+    }
 }

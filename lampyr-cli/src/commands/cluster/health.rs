@@ -166,7 +166,6 @@ fn router(kubectl: &Kubectl) -> Result<String, String> {
     all(vec![deployment(kubectl, SYSTEM_NAMESPACE, "fiber-router"), service("fiber-router"), service(PUBLIC_SERVICE)])
 }
 
-/// The Deployment of Lampyr's AzureEventGridSource adapter (installed with Eventing).
 /// The KIngress layer `config-network` names: fiber-router's own class needs nothing more; the
 /// Gateway API layer needs its controllers, both Gateways programmed, and the Contour and Envoy
 /// the provisioner runs for each (`contour-GATEWAY`, `envoy-GATEWAY`) available.
@@ -196,6 +195,7 @@ fn networking(kubectl: &Kubectl) -> Result<String, String> {
     all(results)
 }
 
+/// The Deployment of Lampyr's AzureEventGridSource adapter (installed with Eventing).
 const EVENTGRID_ADAPTER: &str = "eventgrid-adapter";
 
 /// Knative Eventing, when the installation applied it: each of its Deployments (and the
