@@ -32,8 +32,9 @@ use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
 use lampyr_benches::{Samples, Table, fmt_duration, times_baseline, wait_for};
 use lampyr_testenv::eventing::{JOB_SINK_NAME_LABEL, send_to_broker};
+use lampyr_testenv::ly::FIBER_ROUTER_INGRESS;
 use lampyr_testenv::ly::{Ly, path, stderr, text};
-use lampyr_testenv::node::{NodeIngress, install_lampyr};
+use lampyr_testenv::node::{NodeIngress, install_lampyr_with};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, repo_root, workspace_binary};
 use serde_json::{Value, json};
@@ -71,7 +72,8 @@ fn main() {
 /// Installs Lampyr with Eventing, deploys the two Services, and applies the Broker, the
 /// Triggers and the JobSink.
 async fn set_up(node: &Node, ly: &Ly<'_>, serving: &NodeIngress<'_>, images: &RuntimeImages) {
-    let install = install_lampyr(node, ly, images, DOMAIN, &["--eventing"]).await.unwrap_or_else(|e| panic!("{e}"));
+    let install =
+        install_lampyr_with(node, ly, images, DOMAIN, &[FIBER_ROUTER_INGRESS], &["--eventing"]).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     ly.healthy_but_cert_manager(serving).await;
     let patch = json!({ "data": { "scale-to-zero-grace-period": "2s" } }).to_string();

@@ -43,8 +43,9 @@ use kube::api::ListParams;
 use lampyr_api::Service;
 use lampyr_api::conditions::KnativeStatus;
 use lampyr_benches::{Samples, Table, fmt_duration, times_baseline, wait_for};
+use lampyr_testenv::ly::FIBER_ROUTER_INGRESS;
 use lampyr_testenv::ly::{Ly, path, stderr, text};
-use lampyr_testenv::node::{NodeIngress, install_lampyr};
+use lampyr_testenv::node::{NodeIngress, install_lampyr_with};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root, workspace_binary};
 use serde_json::{Value, json};
@@ -87,7 +88,7 @@ fn env_count(name: &str, default: usize) -> usize {
 /// deploys `hello`; returns its live Service (to copy).
 async fn install_and_deploy(node: &Node, ly: &Ly<'_>, serving: &NodeIngress<'_>) -> Value {
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
-    let install = install_lampyr(node, ly, &images, DOMAIN, &[]).await.unwrap_or_else(|e| panic!("{e}"));
+    let install = install_lampyr_with(node, ly, &images, DOMAIN, &[FIBER_ROUTER_INGRESS], &[]).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     ly.healthy_but_cert_manager(serving).await;
     let patch = json!({ "data": { "scale-to-zero-grace-period": "2s" } }).to_string();

@@ -14,7 +14,7 @@ use std::process::Stdio;
 
 use lampyr_testenv::Cluster;
 use serde_json::Value;
-use support::{DIGEST, Ly, health_table, path, stderr, text};
+use support::{DIGEST, FIBER_ROUTER_INGRESS, Ly, health_table, path, stderr, text};
 
 struct Env(Ly<'static>);
 
@@ -41,11 +41,29 @@ impl Env {
             ("customresourcedefinition/grantpolicies.fiber.lampyr.dev", None),
             ("customresourcedefinition/capacitygrants.fiber.lampyr.dev", None),
             ("deployment/webhook", Some("knative-serving")),
+            ("customresourcedefinition/certificates.cert-manager.io", None),
+            ("namespace/cert-manager", None),
         ] {
             assert!(!self.exists(resource, namespace), "{after}: {resource} exists");
         }
         let network = self.kubectl(&["get", "configmap/config-network", "-n", "knative-serving", "-o", "jsonpath={.data.ingress-class}"]);
         assert_eq!(text(&network), "", "{after}: config-network was changed");
+    }
+
+    /// [`Env::resource_versions`] once the cluster's own controllers have settled them (the
+    /// ClusterRole aggregation controller fills aggregated roles a moment after an install
+    /// adds roles they select): the same twice, a second apart, within a minute.
+    fn settled_resource_versions(&self) -> BTreeMap<String, String> {
+        let mut last = self.resource_versions();
+        for _ in 0..60 {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let now = self.resource_versions();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+        panic!("the installed objects' resourceVersions kept changing for a minute: {last:?}");
     }
 
     /// Every object of the retained plan, with its resourceVersion.
@@ -104,7 +122,8 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     // Templates go to a real registry, so health can check it answers.
     let registry = lampyr_testenv::TestRegistry::start();
     let templates = format!("http://{}/lampyr/fiberd-templates", registry.host());
-    let good = env.settings("platform.yaml", &[("zygoteRegistries", &format!("[{templates}]"))]);
+    // The API-server tier runs no Contour or Envoy: fiber-router's own class is pinned.
+    let good = env.settings("platform.yaml", &[("zygoteRegistries", &format!("[{templates}]")), FIBER_ROUTER_INGRESS]);
     let approve = "--approve-provider-manifests";
 
     // Every refusal says what is wrong before anything is changed.
@@ -159,9 +178,16 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     let installed = env.ly(&["install", approve, "--provider-config", path(&good)]);
     assert!(installed.status.success(), "install failed:\n{}", stderr(&installed));
     let log = stderr(&installed);
-    for expected in
-        ["==> applying Lampyr CRDs", "==> applying fiberd-k8s-controller", "+ GrantPolicy lampyr", "cert-manager is not installed"]
-    {
+    for expected in [
+        "==> applying Lampyr CRDs",
+        "==> applying fiberd-k8s-controller",
+        "+ GrantPolicy lampyr",
+        // The cluster has no cert-manager: the Workspace's is applied first; no csi-driver.
+        "cert-manager is missing: installing it from k8s/cert-manager.yaml",
+        "==> applying cert-manager (CRDs, controller, webhook, cainjector)",
+        "+ CustomResourceDefinition certificates.cert-manager.io",
+        "cert-manager's csi-driver is not installed",
+    ] {
         assert!(log.contains(expected), "{expected:?} missing from:\n{log}");
     }
     let policy = env.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
@@ -212,12 +238,15 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
         assert_eq!(table.get(fails), Some(&false), "{fails} fails:\n{}", text(&health));
     }
     assert!(text(&health).contains("lampyr-system/fiber-router 0/2 available"), "{}", text(&health));
+    assert!(text(&health).contains("cert-manager/cert-manager-webhook 0/1 available"), "{}", text(&health));
     assert!(stderr(&health).contains("3 of 11 health checks failed"), "{}", stderr(&health));
 
     // Reinstall changes nothing.
-    let versions = env.resource_versions();
+    let versions = env.settled_resource_versions();
     let again = env.ly(&["install", "--non-interactive", "--provider-config", path(&good)]);
     assert!(again.status.success(), "reinstall failed:\n{}", stderr(&again));
+    assert!(stderr(&again).contains("cert-manager is installed: left as it is (ly never upgrades it)"), "{}", stderr(&again));
+    assert!(!stderr(&again).contains("==> applying cert-manager"), "a reinstall never applies cert-manager: {}", stderr(&again));
     assert_eq!(env.resource_versions(), versions, "a reinstall changes no object");
 
     // --eventing adds Knative Eventing's objects; without a kubelet its Deployments are
@@ -236,7 +265,7 @@ async fn install_health_reinstall_uninstall_on_an_existing_context() {
     ] {
         assert!(env.exists(resource, namespace), "{resource} is installed");
     }
-    let versions = env.resource_versions();
+    let versions = env.settled_resource_versions();
     let again = env.ly(&["install", "--non-interactive", "--eventing", "--provider-config", path(&good)]);
     assert!(again.status.success(), "reinstall --eventing failed:\n{}", stderr(&again));
     assert_eq!(env.resource_versions(), versions, "a reinstall with --eventing changes no object");

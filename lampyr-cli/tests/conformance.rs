@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use lampyr_testenv::artifacts::{conformance_artifact, push_artifact};
 use lampyr_testenv::conformance::{self, Reasons, SuiteResults};
-use lampyr_testenv::node::install_lampyr;
+use lampyr_testenv::node::install_lampyr_with;
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, repo_root};
 use serde_json::json;
@@ -209,7 +209,8 @@ async fn knatives_conformance_suites_give_the_documented_results() {
     let node = Node::shared();
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
     let ly = support::ly(node.cluster());
-    let install = install_lampyr(node, &ly, &images, DOMAIN, &[]).await.unwrap_or_else(|e| panic!("{e}"));
+    let install =
+        install_lampyr_with(node, &ly, &images, DOMAIN, &[support::FIBER_ROUTER_INGRESS], &[]).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     let docker_repo = publish_guests(node, &ly).await;
     apply_test_resources(&ly);

@@ -66,7 +66,13 @@ async fn deploy_reaches_a_sealed_service_and_a_new_install_gets_a_new_key() {
     let mirror = format!("{{\"localhost:{}\": {{registry: \"{registry}\", plainHttp: true}}}}", stack.registry.addr().port());
     let settings = ly.settings(
         "platform.yaml",
-        &[("grantImage", GRANT_IMAGE), ("helperImage", HELPER_IMAGE), ("zygoteRegistries", "[]"), ("registryMirrors", &mirror)],
+        &[
+            ("grantImage", GRANT_IMAGE),
+            ("helperImage", HELPER_IMAGE),
+            ("zygoteRegistries", "[]"),
+            ("registryMirrors", &mirror),
+            support::FIBER_ROUTER_INGRESS,
+        ],
     );
     let install = || {
         let out = ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]);

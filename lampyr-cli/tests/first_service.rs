@@ -170,7 +170,13 @@ async fn install_lampyr(stack: &'static InstalledLampyr, reader: &mut Reader) ->
         format!("{{\"localhost:{}\": {{registry: \"{}\", plainHttp: true}}}}", stack.registry.addr().port(), stack.registry.host());
     let settings = ly.settings(
         "platform.yaml",
-        &[("grantImage", GRANT_IMAGE), ("helperImage", HELPER_IMAGE), ("zygoteRegistries", "[]"), ("registryMirrors", &mirror)],
+        &[
+            ("grantImage", GRANT_IMAGE),
+            ("helperImage", HELPER_IMAGE),
+            ("zygoteRegistries", "[]"),
+            ("registryMirrors", &mirror),
+            support::FIBER_ROUTER_INGRESS,
+        ],
     );
     let out = ly.cluster(&["install", "--non-interactive", "--provider-config", path(&settings)]);
     assert!(out.status.success(), "install failed:\n{}", stderr(&out));

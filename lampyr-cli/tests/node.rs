@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lampyr_testenv::eventing::{job_sink_events, post_to_service, send_to_broker};
-use lampyr_testenv::node::{NodeIngress, install_lampyr};
+use lampyr_testenv::node::{NodeIngress, install_lampyr_with};
 use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root};
 use serde::Deserialize as _;
@@ -260,11 +260,15 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     // 1-2. The runtime images, built from this checkout, pushed to the node's registry, which
     //    the node's containerd uses as the mirror of the registries they are named under (the
     //    kubelet pulls each one: by tag, and the grant Pods' by digest); a Workspace and a
-    //    platform.yaml naming them; `ly cluster install` (`lampyr_testenv::node::install_lampyr`).
+    //    platform.yaml naming them and fiber-router's own ingress class (its public edge is what
+    //    this test checks; node_gateway.rs installs the default Gateway API layer);
+    //    `ly cluster install` (`lampyr_testenv::node::install_lampyr_with`).
     let images = RuntimeImages::locate().unwrap_or_else(|e| panic!("{e}"));
     let ly = support::ly(node.cluster());
     let registry = node.registry().host();
-    let install = install_lampyr(node, &ly, &images, DOMAIN, &["--eventing"]).await.unwrap_or_else(|e| panic!("{e}"));
+    let install = install_lampyr_with(node, &ly, &images, DOMAIN, &[support::FIBER_ROUTER_INGRESS], &["--eventing"])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(install.status.success(), "install failed:\n{}", stderr(&install));
     let policy = ly.kubectl(&["get", "grantpolicy/lampyr", "-o", "jsonpath={.spec.allowedRepositories}"]);
     assert!(text(&policy).contains("ghcr.io/hyperlight-dev/lampyr/fiberd"), "the GrantPolicy admits the built images: {}", text(&policy));

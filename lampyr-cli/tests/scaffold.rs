@@ -10,7 +10,8 @@ use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The Workspace's files, in the order `ly` lists them.
-const FILES: [&str; 18] = [
+const FILES: [&str; 19] = [
+    "k8s/cert-manager.yaml",
     "k8s/knative-serving-crds.yaml",
     "k8s/knative-serving-core.yaml",
     "k8s/lampyr-crds.yaml",
@@ -100,7 +101,9 @@ fn scaffolding_writes_every_file_and_every_document_is_a_kubernetes_object() {
         let header: Vec<&str> = text.lines().take_while(|l| l.starts_with('#')).collect();
         assert!(header[0].starts_with(&format!("# {file}: ")), "{file}: {:?}", header[0]);
         let source = header.iter().find(|l| l.starts_with("# Source: ")).unwrap_or_else(|| panic!("{file}: no Source line"));
-        let names_version = if file.contains("knative-serving") {
+        let names_version = if file.ends_with("/cert-manager.yaml") {
+            source.contains("knative.dev/serving v0.42.2 (Knative 1.15.2), third_party/cert-manager-latest/cert-manager.yaml")
+        } else if file.contains("knative-serving") {
             source.contains("knative.dev/serving v0.42.2 (Knative 1.15.2)")
         } else if file.contains("knative-eventing") {
             source.contains("knative.dev/eventing v0.42.3 (Knative 1.15.3)")
@@ -195,7 +198,7 @@ fn an_existing_workspace_is_never_overwritten_without_force() {
     let again = scaffold(dir, &[]);
     assert_eq!(again.status.code(), Some(1), "refused");
     let message = stderr(&again);
-    assert!(message.contains("already has k8s/knative-serving-crds.yaml"), "{message}");
+    assert!(message.contains("already has k8s/cert-manager.yaml, k8s/knative-serving-crds.yaml"), "{message}");
     assert!(message.contains("pass --force"), "says what to do: {message}");
     assert!(again.stdout.is_empty(), "wrote nothing");
     assert_eq!(std::fs::read_to_string(&platform).expect("read"), "domain: edited.example.com\n", "edit kept");

@@ -112,11 +112,13 @@ const WEBHOOK_ENV: &[&str] = &["WEBHOOK_NAME=webhook"];
 ///   as upstream's images do.
 /// - Knative Eventing's (`ly cluster install --eventing`) are named as its
 ///   release's manifests name them, like Serving's webhook.
+/// - cert-manager's controller, webhook and cainjector, named as its release manifest names
+///   them (`ly cluster install` applies it to a cluster without cert-manager).
 /// - The Gateway API layer's: net-gateway-api's (named as its manifests name them),
 ///   Contour (as its provisioner's Deployment names it; binary at `/bin/contour`, where the
 ///   provisioner's Pods run it) and Envoy (the image the provisioner is told to run; dynamically
 ///   linked, so its image carries the loader and libraries `ldd` names).
-pub const COMPONENTS: [Component; 21] = [
+pub const COMPONENTS: [Component; 24] = [
     Component {
         name: "fiberd",
         naming: Naming::Lampyr { repository: "fiberd" },
@@ -243,7 +245,26 @@ pub const COMPONENTS: [Component; 21] = [
         usage: (&["--help"], &[]),
         install_path: None,
     },
+    cert_manager("cert-manager-controller", lampyr_manifests::cert_manager::DEPLOYMENTS[0]),
+    cert_manager("cert-manager-webhook", lampyr_manifests::cert_manager::DEPLOYMENTS[1]),
+    cert_manager("cert-manager-cainjector", lampyr_manifests::cert_manager::DEPLOYMENTS[2]),
 ];
+
+/// A cert-manager image: the binary `scripts/cluster-bins` calls `name`, named as container
+/// `container` of Deployment `cert-manager/deployment` in cert-manager's release manifest.
+const fn cert_manager(name: &'static str, (deployment, container): (&'static str, &'static str)) -> Component {
+    Component {
+        name,
+        naming: Naming::KnativeManifest { namespace: lampyr_manifests::cert_manager::NAMESPACE, deployment, container },
+        origin: Origin::Go { name },
+        user: User::NonRoot,
+        registry_tls: false,
+        env: &[],
+        directories: &[],
+        usage: (&["--help"], &[]),
+        install_path: None,
+    }
+}
 
 /// A Knative Eventing image: the binary `scripts/cluster-bins` calls `binary`, named
 /// as container `container` of Deployment `knative-eventing/deployment` names it.

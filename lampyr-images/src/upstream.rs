@@ -1,5 +1,5 @@
 //! The images the Workspace's upstream manifests name (Knative Serving's core, Eventing's,
-//! the Gateway API layer's), read once from the pinned modules.
+//! the Gateway API layer's, cert-manager's), read once from the pinned modules.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,6 +23,7 @@ impl UpstreamImages {
         let mut documents = lampyr_manifests::knative::core(&modules)?.kept;
         documents.extend(lampyr_manifests::eventing::all(&modules)?);
         documents.extend(lampyr_manifests::gateway::all(&modules)?);
+        documents.extend(lampyr_manifests::cert_manager::documents(&modules)?);
         Ok(Self::of(&documents))
     }
 
@@ -46,7 +47,7 @@ impl UpstreamImages {
         let key = (namespace.to_string(), deployment.to_string(), container.to_string());
         self.images.get(&key).cloned().ok_or_else(|| {
             Error::Manifests(lampyr_manifests::Error::Inconsistent(format!(
-                "the Knative Serving core, Eventing and Gateway API layer manifests have no Deployment \
+                "the Knative Serving core, Eventing, Gateway API layer and cert-manager manifests have no Deployment \
                  {namespace}/{deployment} with a container {container} naming an image"
             )))
         })

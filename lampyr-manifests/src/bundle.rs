@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::document::{Document, parse, read};
 use crate::filter::service_account;
 use crate::knative::LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;
-use crate::{Error, KnativeModules, eventing, gateway, knative};
+use crate::{Error, KnativeModules, cert_manager, eventing, gateway, knative};
 
 /// One file of `k8s/`.
 #[derive(Clone, Debug)]
@@ -63,7 +63,14 @@ pub fn gateway_files() -> Vec<(&'static str, &'static str)> {
     gateway::PARTS.iter().map(|p| (p.file, p.about)).collect()
 }
 
-/// The files of `k8s/`, in the order they are applied: Knative's CRDs and
+/// The `k8s/` files `ly cluster install` applies first, and only to a cluster without
+/// cert-manager ([`cert_manager::CERTIFICATES_CRD`]), with what each installs.
+pub fn cert_manager_files() -> Vec<(&'static str, &'static str)> {
+    vec![(cert_manager::FILE, cert_manager::ABOUT)]
+}
+
+/// The files of `k8s/`, in the order they are applied: cert-manager's
+/// ([`cert_manager_files`], only where it is missing), Knative's CRDs and
 /// filtered core from `modules`, then Lampyr's from `config_dir` (the
 /// repository's `config/`), then Knative Eventing's ([`eventing::PARTS`]) and
 /// Lampyr's event sources, applied only with `--eventing` ([`eventing_files`]), then the
@@ -160,6 +167,16 @@ pub fn bundle(modules: &KnativeModules, config_dir: &Path, lampyr_version: &str)
         );
         files.push(render(part.file, part.about, &header, &documents, true));
     }
+    let documents = cert_manager::documents(modules)?;
+    let header = format!(
+        "Source: {serving}, {}, unchanged\n\
+         \x20       (cert-manager {}'s release manifest).\n\
+         Applied by `ly cluster install` only to a cluster without {}: never upgraded.\n{written_by}",
+        cert_manager::SOURCE,
+        cert_manager::version(&documents)?,
+        cert_manager::CERTIFICATES_CRD,
+    );
+    files.insert(0, render(cert_manager::FILE, cert_manager::ABOUT, &header, &documents, false));
     check(&files)?;
     Ok(files)
 }

@@ -5,6 +5,7 @@
 //!   Go's module cache (downloading them when they are missing).
 //! - [`eventing`] reads Knative Eventing's the same way, for `ly cluster install --eventing`.
 //! - [`gateway`] reads the Gateway API networking layer's (net-gateway-api, Contour).
+//! - [`cert_manager`] reads cert-manager's release manifest (Serving's `third_party/`).
 //! - [`knative`] reads their `config/` manifests, resolves `ko://` image
 //!   references to the Knative release images, and [`filter`] removes the stock
 //!   controller, activator and autoscaler (Lampyr runs its own controllers).
@@ -16,6 +17,7 @@
 //! its test cluster. Nothing upstream is copied into the repository.
 
 mod bundle;
+pub mod cert_manager;
 mod document;
 pub mod eventing;
 pub mod filter;
@@ -23,7 +25,7 @@ pub mod gateway;
 pub mod knative;
 mod modules;
 
-pub use bundle::{BundleFile, bundle, eventing_files, gateway_files};
+pub use bundle::{BundleFile, bundle, cert_manager_files, eventing_files, gateway_files};
 pub use document::{Document, parse, read};
 pub use filter::{Filtered, Removed, is_workload};
 pub use knative::LAMPYR_KNATIVE_CONTROLLER_ACCOUNT;

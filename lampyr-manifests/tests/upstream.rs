@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lampyr_manifests::{Document, KnativeModules, bundle, eventing, gateway, knative};
+use lampyr_manifests::{Document, KnativeModules, bundle, cert_manager, eventing, gateway, knative};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -135,6 +135,7 @@ fn the_bundle_names_its_sources_and_parses_back() {
     assert_eq!(
         names,
         [
+            "cert-manager.yaml",
             "knative-serving-crds.yaml",
             "knative-serving-core.yaml",
             "lampyr-crds.yaml",
@@ -156,7 +157,9 @@ fn the_bundle_names_its_sources_and_parses_back() {
     for file in &files {
         assert!(file.text.starts_with(&format!("# k8s/{}: ", file.name)), "{}", file.name);
         let header: String = file.text.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n");
-        let source = if file.name.starts_with("knative-eventing-") {
+        let source = if file.name == cert_manager::FILE {
+            format!("knative.dev/serving {} (Knative 1.15.2), {}, unchanged", modules.serving.version, cert_manager::SOURCE)
+        } else if file.name.starts_with("knative-eventing-") {
             format!("knative.dev/eventing {} (Knative 1.15.3)", modules.eventing.version)
         } else if file.name.starts_with("knative-") {
             format!("knative.dev/serving {} (Knative 1.15.2)", modules.serving.version)
@@ -172,7 +175,7 @@ fn the_bundle_names_its_sources_and_parses_back() {
         let documents = lampyr_manifests::parse(&file.text, file.name).expect("parses back");
         assert!(!documents.is_empty(), "{} is empty", file.name);
     }
-    let core = &files[1].text;
+    let core = &files.iter().find(|f| f.name == "knative-serving-core.yaml").expect("listed").text;
     assert!(core.contains("#   Deployment knative-serving/activator: workload of the stock activator"), "{core}");
     assert!(core.contains("# Source: knative.dev/serving@v0.42.2/config/core/deployments/webhook.yaml"));
     // Upstream's licence headers travel with their documents.
@@ -294,4 +297,24 @@ fn the_gateway_layer_is_upstreams_contour_setup_with_lampyrs_edits_named() {
     }
     let node_ports = find(&gateways, "Service contour-external/envoy-knative-external-nodeports");
     assert_eq!(node_ports.object["spec"]["type"], "NodePort");
+}
+
+#[test]
+fn cert_managers_manifest_is_the_release_the_binaries_are_built_from() {
+    let modules = modules();
+    let documents = cert_manager::documents(&modules).unwrap_or_else(|e| panic!("{e}"));
+    let version = cert_manager::version(&documents).unwrap_or_else(|e| panic!("{e}"));
+    let go_mod = std::fs::read_to_string(repo().join("knative/cert-manager/go.mod")).expect("knative/cert-manager/go.mod");
+    assert!(
+        go_mod.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["github.com/cert-manager/cert-manager", version.as_str()]),
+        "knative/cert-manager/go.mod must pin github.com/cert-manager/cert-manager {version}, the manifest's release"
+    );
+    let crds: Vec<&str> = documents.iter().filter(|d| d.kind() == "CustomResourceDefinition").map(|d| d.name()).collect();
+    assert!(crds.contains(&cert_manager::CERTIFICATES_CRD), "{crds:?}");
+    for (deployment, container) in cert_manager::DEPLOYMENTS {
+        let found = documents.iter().find(|d| d.kind() == "Deployment" && d.name() == deployment).expect("listed");
+        let image = found.object.pointer("/spec/template/spec/containers/0/image").and_then(|i| i.as_str()).unwrap_or_default();
+        assert_eq!(found.object.pointer("/spec/template/spec/containers/0/name").and_then(|n| n.as_str()), Some(container));
+        assert_eq!(image, format!("quay.io/jetstack/{container}:{version}"), "{deployment} runs upstream's image");
+    }
 }

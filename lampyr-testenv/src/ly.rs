@@ -12,6 +12,11 @@ use crate::knative_services::{PATIENCE, Serving};
 /// A digest for images that are never pulled (no kubelet runs them).
 pub const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+/// The `platform.yaml` key choosing fiber-router's own ingress class instead of the default
+/// Gateway API layer: for the API-server tier, whose stand-in kubelet runs no Contour or Envoy,
+/// and for tests of fiber-router's own public edge.
+pub const FIBER_ROUTER_INGRESS: (&str, &str) = ("ingress", "{class: fiber.ingress.networking.knative.dev}");
+
 /// `ly` pointed at one cluster, with a Workspace and a directory of settings files.
 pub struct Ly<'a> {
     /// The `ly` binary.
@@ -156,4 +161,12 @@ pub fn health_table(out: &Output) -> BTreeMap<String, bool> {
 /// A path as a command-line argument.
 pub fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fiber_router_ingress_names_fiber_routers_class() {
+        assert_eq!(super::FIBER_ROUTER_INGRESS.1, format!("{{class: {}}}", lampyr_api::keys::FIBER_INGRESS_CLASS));
+    }
 }

@@ -10,6 +10,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose
 pub struct TestCa {
     issuer: Issuer<'static, KeyPair>,
     pem: String,
+    key_pem: String,
 }
 
 /// A serving certificate the CA issued, with its key.
@@ -32,7 +33,13 @@ impl TestCa {
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
         let cert = params.self_signed(&key).map_err(failed)?;
-        Ok(TestCa { pem: cert.pem(), issuer: Issuer::new(params, key) })
+        Ok(TestCa { pem: cert.pem(), key_pem: key.serialize_pem(), issuer: Issuer::new(params, key) })
+    }
+
+    /// The `kubernetes.io/tls` Secret `namespace/name` holding the CA's own certificate and
+    /// key: what a cert-manager CA issuer signs with.
+    pub fn signing_secret(&self, namespace: &str, name: &str) -> serde_json::Value {
+        ServingCertificate { cert_pem: self.pem.clone(), key_pem: self.key_pem.clone(), der: Vec::new() }.secret(namespace, name)
     }
 
     /// The CA certificate (PEM) clients trust.

@@ -177,16 +177,21 @@ pub fn platform_settings() -> String {
          # Knative Services are served at <service>.<namespace>.<domain>.\n\
          domain: {DEFAULT_DOMAIN}\n\
          # The public edge's NodePorts (local clusters; a provider maps its host\n\
-         # ports to them). `class: gateway-api.ingress.networking.knative.dev` puts\n\
-         # net-gateway-api, Contour and Envoy in front of fiber-router; the default\n\
-         # is fiber-router's own KIngress class.\n\
+         # ports to them). The default class, gateway-api.ingress.networking.knative.dev,\n\
+         # puts net-gateway-api, Contour and Envoy in front of fiber-router;\n\
+         # `class: fiber.ingress.networking.knative.dev` lets fiber-router take the\n\
+         # NodePorts itself (one hop shorter, no Envoy).\n\
          ingress:\n\
          \x20 httpNodePort: {DEFAULT_HTTP_NODE_PORT}\n\
          \x20 httpsNodePort: {DEFAULT_HTTPS_NODE_PORT}\n\
          # Repositories grant Pods pull fiberd templates from, anonymously (see the\n\
          # `ly cluster` reference, \"Fiberd templates\"), for example:\n\
          # zygoteRegistries:\n\
-         #   - registry.example.com/lampyr/fiberd-templates\n",
+         #   - registry.example.com/lampyr/fiberd-templates\n\
+         # cert-manager: install applies k8s/cert-manager.yaml to a cluster without it\n\
+         # (and never changes one that is there); `install: false` skips it.\n\
+         certManager:\n\
+         \x20 install: true\n",
         version = env!("CARGO_PKG_VERSION"),
     )
 }
@@ -217,9 +222,10 @@ fn readme(files: &[WorkspaceFile]) -> String {
          (images `gcr.io/knative-releases/...:v{KNATIVE_RELEASE}`); Lampyr's come from its own repository.\n\
          \n\
          `gateway-api-crds.yaml`, `contour-gateway-provisioner.yaml`, `net-gateway-api.yaml` and\n\
-         `contour-gateways.yaml` are applied only when `ingress.class` in `platform.yaml` is\n\
-         `gateway-api.ingress.networking.knative.dev`: Knative's net-gateway-api on Contour and\n\
-         Envoy, in front of fiber-router (Lampyr's edits are named in each document's source line).\n\
+         `contour-gateways.yaml` are applied when `ingress.class` in `platform.yaml` is\n\
+         `gateway-api.ingress.networking.knative.dev`, the default: Knative's net-gateway-api on\n\
+         Contour and Envoy, in front of fiber-router (Lampyr's edits are named in each document's\n\
+         source line). `fiber.ingress.networking.knative.dev` leaves them out.\n\
          \n\
          The `knative-eventing-*.yaml` and `lampyr-eventgrid*.yaml` files are applied only by\n\
          `ly cluster install --eventing`: Knative Eventing from {KNATIVE_EVENTING}, unchanged,\n\
@@ -235,15 +241,17 @@ fn readme(files: &[WorkspaceFile]) -> String {
          Not here:\n\
          \n\
          - Kourier. Its Go module (knative.dev/net-kourier) could not be fetched when this ly was\n\
-         \x20 built, so `kourier.yaml` is not generated. fiber-router is the ingress by default\n\
-         \x20 (`ingress-class: fiber.ingress.networking.knative.dev`); the Gateway API layer above\n\
-         \x20 is the upstream Envoy-based one.\n\
+         \x20 built, so `kourier.yaml` is not generated; the Gateway API layer above is the\n\
+         \x20 upstream Envoy-based one installed in its place.\n\
          - The grant controller (`fiberd-k8s-controller`): `ly cluster install` applies it, as\n\
          \x20 written, from the `controllerManifest` platform setting.\n\
-         - cert-manager and its csi-driver: `ly cluster install` does not install them. It checks\n\
-         \x20 for them, leaves ones that are there alone, and warns when they are missing;\n\
-         \x20 `ly cluster health` then reports `cert-manager` failed. Nothing in this directory\n\
-         \x20 needs them today.\n\
+         - cert-manager's csi-driver: `ly cluster install` does not install it (Lampyr's\n\
+         \x20 `docs/cert-manager.md` says why) and warns when it is missing.\n\
+         \n\
+         `cert-manager.yaml` is cert-manager's release manifest, unchanged, as Knative Serving's\n\
+         module carries it: `ly cluster install` applies it first, and only to a cluster without\n\
+         cert-manager (`certManager.install: false` in `platform.yaml` skips it); one already\n\
+         there, whoever installed it, is never upgraded.\n\
          \n\
          Images: `ly cluster install` sets fiber-router's image from `routerImage` and\n\
          lampyr-controller's `--grant-image`/`--helper-image` from `grantImage`/`helperImage`.\n\

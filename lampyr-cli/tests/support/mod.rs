@@ -126,13 +126,93 @@ pub fn scale_to_zero_after(ly: &Ly<'_>, period: &str) {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// Applies `objects` with kubectl (each as a JSON file).
+/// Applies `objects` with kubectl, in order.
 pub fn apply(ly: &Ly<'_>, objects: &[Value]) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (i, object) in objects.iter().enumerate() {
-        let file = dir.path().join(format!("{i}.json"));
-        std::fs::write(&file, object.to_string()).expect("write");
-        let out = ly.kubectl(&["apply", "-f", path(&file)]);
-        assert!(out.status.success(), "applying {object}: {}", stderr(&out));
+    for object in objects {
+        try_apply(ly, object).unwrap_or_else(|e| panic!("applying {object}: {e}"));
     }
+}
+
+/// Waits until `ly cluster health` finds cert-manager's three Deployments available (the
+/// Workspace's cert-manager, installed because the node had none), failing only for the
+/// csi-driver ly does not install.
+pub async fn cert_manager_runs(ly: &Ly<'_>, serving: &NodeIngress<'_>) {
+    serving
+        .poll("cert-manager's Deployments available", Duration::from_secs(2), async || {
+            let health = text(&ly.cluster(&["health"]));
+            let line = health.lines().find(|l| l.contains("cert-manager"))?.to_string();
+            let running = lampyr_manifests::cert_manager::DEPLOYMENTS
+                .iter()
+                .all(|(name, _)| line.contains(&format!("cert-manager/{name} 1/1 available")));
+            running.then_some(line)
+        })
+        .await;
+}
+
+/// External-domain TLS issued by cert-manager: a CA ClusterIssuer signing with a CA of the
+/// test's own, Knative's `config-certmanager` naming it and `config-network`'s
+/// `external-domain-tls` on (Lampyr's Knative controller restarted to start upstream's
+/// certificate reconciler, as upstream's is); then `host` answers over HTTPS NodePort
+/// `https_port` with a certificate only cert-manager can have issued (the test issued none for
+/// it), the chain verified against that CA, and the Route's URL is `https://host`.
+pub async fn serves_external_domain_tls_from_cert_manager(ly: &Ly<'_>, serving: &NodeIngress<'_>, https_port: u16, host: &str) {
+    cert_manager_runs(ly, serving).await;
+    let ca = lampyr_testenv::tls::TestCa::new("cert-manager-test-ca").unwrap_or_else(|e| panic!("{e}"));
+    apply(ly, &[ca.signing_secret(lampyr_manifests::cert_manager::NAMESPACE, "lampyr-test-ca")]);
+    let issuer = json!({
+        "apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
+        "metadata": { "name": "lampyr-test-ca" }, "spec": { "ca": { "secretName": "lampyr-test-ca" } },
+    });
+    // cert-manager's webhook admits the issuer once cainjector gave it its CA bundle.
+    serving.poll("cert-manager's webhook admitting a ClusterIssuer", Duration::from_secs(2), async || try_apply(ly, &issuer).ok()).await;
+    let ready = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+    serving
+        .poll("ClusterIssuer lampyr-test-ca Ready", Duration::from_secs(1), async || {
+            (text(&ly.kubectl(&["get", "clusterissuer/lampyr-test-ca", "-o", ready])) == "True").then_some(())
+        })
+        .await;
+    let issuer_ref = json!({ "data": { "issuerRef": "kind: ClusterIssuer\nname: lampyr-test-ca\n" } }).to_string();
+    let tls = json!({ "data": { "external-domain-tls": "Enabled" } }).to_string();
+    for (config, patch) in [("configmap/config-certmanager", &issuer_ref), ("configmap/config-network", &tls)] {
+        let out = ly.kubectl(&["patch", config, "-n", "knative-serving", "--type=merge", "-p", patch]);
+        assert!(out.status.success(), "{config}: {}", stderr(&out));
+    }
+    let controller = "deployment/lampyr-knative-controller";
+    for args in [vec!["rollout", "restart", controller], vec!["rollout", "status", controller, "--timeout=180s"]] {
+        let out = ly.kubectl(&[args.as_slice(), &["-n", "knative-serving"]].concat());
+        assert!(out.status.success(), "kubectl {args:?}: {}", stderr(&out));
+    }
+    let https = std::net::SocketAddr::from((serving.node.address(), https_port));
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let body = loop {
+        let last = match lampyr_testenv::tls::https_get(https, host, "/", ca.pem()).await {
+            Ok(answer) if answer.status == 200 => break answer.body,
+            Ok(answer) => format!("HTTP {}: {}", answer.status, answer.body),
+            Err(e) => e,
+        };
+        if std::time::Instant::now() > deadline {
+            let state =
+                ["ingresses.networking.internal.knative.dev", "certificates.networking.internal.knative.dev", "routes.serving.knative.dev"]
+                    .map(|kind| text(&ly.kubectl(&["get", kind, "-n", "default", "-o", "yaml"])));
+            let gateway = text(&ly.kubectl(&["get", "gateways.gateway.networking.k8s.io", "-A", "-o", "yaml"]));
+            panic!("{host} over HTTPS with cert-manager's certificate within 180 s; last: {last}\n{}\n{gateway}", state.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    assert!(body.starts_with("Hello "), "hello answers over HTTPS: {body:?}");
+    let all_ready = "jsonpath={.items[*].status.conditions[?(@.type==\"Ready\")].status}";
+    let certificates = ly.kubectl(&["get", "certificates.cert-manager.io", "-n", "default", "-o", all_ready]);
+    assert!(text(&certificates).contains("True"), "cert-manager holds a Ready Certificate for the Route: {}", stderr(&certificates));
+    let name = host.split('.').next().unwrap_or_default();
+    let url = ly.kubectl(&["get", "routes.serving.knative.dev", name, "-n", "default", "-o", "jsonpath={.status.url}"]);
+    assert_eq!(text(&url), format!("https://{host}"), "the Route's URL is HTTPS: {}", stderr(&url));
+}
+
+/// `kubectl apply` of `object`; kubectl's error when it is refused.
+pub fn try_apply(ly: &Ly<'_>, object: &Value) -> Result<(), String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("object.json");
+    std::fs::write(&file, object.to_string()).expect("write");
+    let out = ly.kubectl(&["apply", "-f", path(&file)]);
+    if out.status.success() { Ok(()) } else { Err(stderr(&out)) }
 }

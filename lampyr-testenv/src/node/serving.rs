@@ -85,7 +85,7 @@ pub async fn install_lampyr(node: &Node, ly: &Ly<'_>, images: &RuntimeImages, do
 }
 
 /// [`install_lampyr`] with more `platform.yaml` keys (`key`, inline YAML value), e.g.
-/// `("ingress", "{class: gateway-api.ingress.networking.knative.dev}")`.
+/// [`crate::ly::FIBER_ROUTER_INGRESS`].
 pub async fn install_lampyr_with(
     node: &Node,
     ly: &Ly<'_>,

@@ -11,9 +11,14 @@ use super::{ClusterError, read_plan};
 use crate::commands::fleet_key::{StoredKey, stored};
 use crate::ui::{Color, Ui};
 
-/// What to install when cert-manager is missing.
-pub const CERT_MANAGER_ADVICE: &str = "install cert-manager (https://cert-manager.io/docs/installation/) and its csi-driver \
-     (https://cert-manager.io/docs/usage/csi-driver/installation/) yourself; ly does not carry their manifests and never upgrades them";
+/// What to do when cert-manager is missing.
+pub const CERT_MANAGER_ADVICE: &str = "run `ly cluster install` with certManager.install: true (the default) to install the \
+     Workspace's k8s/cert-manager.yaml, or install cert-manager yourself (ly never upgrades one that is there)";
+
+/// What is wrong when cert-manager's csi-driver is missing, and what to do.
+pub const CSI_DRIVER_MISSING: &str = "cert-manager's csi-driver is not installed (no CSIDriver csi.cert-manager.io); ly does \
+     not install it (docs/cert-manager.md says why): install it yourself if Pods mount certificates through it \
+     (https://cert-manager.io/docs/usage/csi-driver/installation/); Lampyr does not need it";
 
 /// One health check's outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +88,7 @@ pub fn checks(kubectl: &Kubectl) -> Vec<Check> {
         Check::new("router", router(kubectl)),
         Check::new("networking", networking(kubectl)),
         Check::new("eventing", eventing(kubectl, &plan)),
-        Check::new("cert-manager", cert_manager(kubectl).map_err(|e| e.to_string()).and_then(|r| r)),
+        Check::new("cert-manager", cert_manager(kubectl)),
         Check::new("fleet-key", fleet_key(kubectl)),
         Check::new("template-repository", template_repository(kubectl)),
     ]
@@ -232,15 +237,36 @@ fn eventing(kubectl: &Kubectl, plan: &[ObjectRef]) -> Result<String, String> {
     all(results)
 }
 
-/// cert-manager's CRD and the csi-driver's CSIDriver: `Ok(Ok(found))`, `Ok(Err(what is missing))`.
-pub fn cert_manager(kubectl: &Kubectl) -> Result<Result<String, String>, KubectlError> {
-    let crd = kubectl.get_json("customresourcedefinition/certificates.cert-manager.io", None)?;
-    let csi = kubectl.get_json("csidriver/csi.cert-manager.io", None)?;
-    Ok(match (crd.is_some(), csi.is_some()) {
-        (true, true) => Ok("cert-manager and csi.cert-manager.io present".into()),
-        (false, _) => Err("cert-manager is not installed (no certificates.cert-manager.io CRD)".into()),
-        (true, false) => Err("cert-manager's csi-driver is not installed (no CSIDriver csi.cert-manager.io)".into()),
-    })
+/// cert-manager: its CRD, its Deployments available when it runs in namespace `cert-manager`
+/// (as the Workspace's manifest installs it), and the csi-driver's CSIDriver.
+fn cert_manager(kubectl: &Kubectl) -> Result<String, String> {
+    use lampyr_manifests::cert_manager::{CERTIFICATES_CRD, DEPLOYMENTS, NAMESPACE};
+    if !cert_manager_installed(kubectl).map_err(text)? {
+        return Err(format!("cert-manager is not installed (no {CERTIFICATES_CRD} CRD): {CERT_MANAGER_ADVICE}"));
+    }
+    let mut results = Vec::new();
+    if kubectl.get_json(&format!("deployment/{}", DEPLOYMENTS[0].0), Some(NAMESPACE)).map_err(text)?.is_some() {
+        results.extend(DEPLOYMENTS.iter().map(|(name, _)| deployment(kubectl, NAMESPACE, name)));
+    } else {
+        results.push(Ok(format!("{CERTIFICATES_CRD} present (cert-manager runs outside namespace {NAMESPACE}: not checked)")));
+    }
+    results.push(if csi_driver_installed(kubectl).map_err(text)? {
+        Ok("CSIDriver csi.cert-manager.io present".into())
+    } else {
+        Err(CSI_DRIVER_MISSING.into())
+    });
+    all(results)
+}
+
+/// Whether the cluster has cert-manager (its Certificate CRD).
+pub fn cert_manager_installed(kubectl: &Kubectl) -> Result<bool, KubectlError> {
+    let crd = format!("customresourcedefinition/{}", lampyr_manifests::cert_manager::CERTIFICATES_CRD);
+    Ok(kubectl.get_json(&crd, None)?.is_some())
+}
+
+/// Whether the cluster has cert-manager's csi-driver (its CSIDriver).
+pub fn csi_driver_installed(kubectl: &Kubectl) -> Result<bool, KubectlError> {
+    Ok(kubectl.get_json("csidriver/csi.cert-manager.io", None)?.is_some())
 }
 
 /// The fleet key Secret: absent until the first `ly deploy` (fine), or a valid key.

@@ -100,10 +100,11 @@ fn install(options: &ClusterOptions, eventing: bool, ui: &mut Ui) -> Result<(), 
     let workspace = options.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
     ui.step(format!("reading platform settings from {}", workspace.join(crate::commands::scaffold::PLATFORM_FILE).display()));
     let checked = settings::load(&workspace, options.provider_config.as_deref())?;
-    let mut steps = plan::steps(&workspace, &checked, eventing)?;
     let kubectl = kubectl(options);
     ui.step("checking the cluster");
     let context = reach(&kubectl, &options.target)?;
+    let cert_manager = install_cert_manager(&kubectl, &checked, ui)?;
+    let mut steps = plan::steps(&workspace, &checked, cert_manager, eventing)?;
     let previous = read_plan(&kubectl)?;
     let placeholder = Step { title: "installation record".into(), objects: plan::record(&[], &checked) };
     steps.insert(0, placeholder);
@@ -136,13 +137,25 @@ fn apply_step(kubectl: &Kubectl, step: &Step, ui: &mut Ui) -> Result<(), Cluster
     Ok(())
 }
 
-/// cert-manager and its csi-driver are never installed or upgraded by this ly (their manifests
-/// are not available offline); an absent one is reported with what to install.
+/// Whether this install applies the Workspace's cert-manager: only to a cluster without it
+/// (one there, whoever installed it, is never upgraded), and unless the settings say not to.
+fn install_cert_manager(kubectl: &Kubectl, checked: &settings::Checked, ui: &mut Ui) -> Result<bool, ClusterError> {
+    let present = health::cert_manager_installed(kubectl)?;
+    match (present, checked.settings.cert_manager.install) {
+        (true, _) => ui.step("cert-manager is installed: left as it is (ly never upgrades it)"),
+        (false, true) => ui.step(format!("cert-manager is missing: installing it from k8s/{}", lampyr_manifests::cert_manager::FILE)),
+        (false, false) => ui.step("cert-manager is missing and certManager.install is false: not installing it"),
+    }
+    Ok(!present && checked.settings.cert_manager.install)
+}
+
+/// Warns, after the install, about cert-manager or its csi-driver missing, with what to do.
 fn check_cert_manager(kubectl: &Kubectl, ui: &mut Ui) -> Result<(), ClusterError> {
-    let found = health::cert_manager(kubectl)?;
-    match found {
-        Ok(detail) => ui.step(format!("cert-manager: {detail} (left as it is)")),
-        Err(missing) => ui.warn(format!("{missing}; {}", health::CERT_MANAGER_ADVICE)),
+    if !health::cert_manager_installed(kubectl)? {
+        ui.warn(format!("cert-manager is not installed: {}", health::CERT_MANAGER_ADVICE));
+    }
+    if !health::csi_driver_installed(kubectl)? {
+        ui.warn(health::CSI_DRIVER_MISSING);
     }
     Ok(())
 }
@@ -165,9 +178,9 @@ pub fn record_entry(kubectl: &Kubectl, key: &str) -> Result<Option<String>, Clus
     Ok(Some(out).filter(|o| !o.trim().is_empty()))
 }
 
-/// Every object of `steps` once, in order, marked `created` when it does not exist yet or a
-/// previous install created it; then what a previous install created and this one no longer
-/// applies. Also returns the objects that exist now.
+/// Every object of `steps` once, marked `created` when it does not exist yet or a previous
+/// install created it, with what a previous install created and this one no longer applies,
+/// in the previous plan's order ([`keep_previous_order`]). Also returns the objects that exist now.
 fn plan_objects(
     kubectl: &Kubectl,
     steps: &[Step],
@@ -188,9 +201,22 @@ fn plan_objects(
         }
         live.extend(existing);
     }
-    let dropped: Vec<ObjectRef> = previous.iter().filter(|p| p.created && !plan.iter().any(|o| o.same(p))).cloned().collect();
-    plan.extend(dropped);
-    Ok((plan, live))
+    Ok((keep_previous_order(plan, previous), live))
+}
+
+/// `plan` in the previous plan's order: each object where the previous install recorded it
+/// (one it created and this install no longer applies, such as a cert-manager found installed
+/// now, stays recorded there), then the new ones in `plan`'s order; so a reinstall that changes
+/// nothing writes the same record.
+fn keep_previous_order(plan: Vec<ObjectRef>, previous: &[ObjectRef]) -> Vec<ObjectRef> {
+    let mut ordered: Vec<ObjectRef> =
+        previous.iter().filter_map(|p| plan.iter().find(|o| o.same(p)).cloned().or_else(|| p.created.then(|| p.clone()))).collect();
+    for object in plan {
+        if !ordered.iter().any(|o| o.same(&object)) {
+            ordered.push(object);
+        }
+    }
+    ordered
 }
 
 /// Which of `objects` exist: one `kubectl get` for all, or one per object when a kind is unknown.
@@ -474,6 +500,23 @@ mod tests {
 
     fn object(kind: &str, namespace: Option<&str>, name: &str, created: bool) -> ObjectRef {
         ObjectRef { api_version: "v1".into(), kind: kind.into(), namespace: namespace.map(Into::into), name: name.into(), created }
+    }
+
+    #[test]
+    fn a_reinstall_keeps_the_previous_order_and_what_it_created_but_no_longer_applies() {
+        let record = object("Secret", Some(SYSTEM_NAMESPACE), INSTALLATION, true);
+        let cert_manager = object("Deployment", Some("cert-manager"), "cert-manager", true);
+        let router = object("Deployment", Some(SYSTEM_NAMESPACE), "fiber-router", true);
+        let found = object("ConfigMap", Some("knative-serving"), "config-network", false);
+        let previous = vec![record.clone(), cert_manager.clone(), found.clone(), router.clone()];
+        let eventing = object("Deployment", Some("knative-eventing"), "eventing-controller", true);
+        // cert-manager is installed now, so this install does not apply it.
+        let plan = vec![record.clone(), router.clone(), eventing.clone(), found.clone()];
+        let names = |objects: Vec<ObjectRef>| objects.iter().map(ObjectRef::display).collect::<Vec<_>>();
+        assert_eq!(names(keep_previous_order(plan, &previous)), names(vec![record.clone(), cert_manager, found, router.clone(), eventing]));
+        // What the previous install found and this one no longer applies is forgotten.
+        let previous = vec![record.clone(), object("ConfigMap", Some("x"), "gone", false), router.clone()];
+        assert_eq!(names(keep_previous_order(vec![record.clone(), router.clone()], &previous)), names(vec![record, router]));
     }
 
     #[test]

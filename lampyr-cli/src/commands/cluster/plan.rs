@@ -165,10 +165,15 @@ pub fn leave_aggregated_rules(object: &mut Value) {
 }
 
 /// Every step of an install, in order (the installation record is added by the caller):
-/// the Gateway API layer's Workspace files after Lampyr's when the ingress class is
-/// [`lampyr_manifests::gateway::CLASS`]; with `eventing`, Knative Eventing's after those.
-pub fn steps(workspace: &Path, checked: &Checked, eventing: bool) -> Result<Vec<Step>, PlanError> {
-    let mut files: Vec<(&str, &str)> = WORKSPACE_MANIFESTS.to_vec();
+/// with `cert_manager`, the Workspace's cert-manager first; the Gateway API layer's Workspace
+/// files after Lampyr's when the ingress class is [`lampyr_manifests::gateway::CLASS`]; with
+/// `eventing`, Knative Eventing's after those.
+pub fn steps(workspace: &Path, checked: &Checked, cert_manager: bool, eventing: bool) -> Result<Vec<Step>, PlanError> {
+    let mut files: Vec<(&str, &str)> = Vec::new();
+    if cert_manager {
+        files.extend(lampyr_manifests::cert_manager_files());
+    }
+    files.extend(WORKSPACE_MANIFESTS);
     if uses_gateway_layer(checked) {
         files.extend(lampyr_manifests::gateway_files());
     }

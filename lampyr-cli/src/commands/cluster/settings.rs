@@ -11,9 +11,11 @@ use crate::commands::scaffold::{
 };
 use crate::template_repository::{self, RegistryMirror, TemplateRepository, TemplateRepositoryError};
 
-/// The ingress class a fresh installation gives `config-network`: fiber-router's KIngress class
-/// (the Gateway API layer, [`lampyr_manifests::gateway::CLASS`], is chosen in the settings).
-pub const DEFAULT_INGRESS_CLASS: &str = lampyr_api::keys::FIBER_INGRESS_CLASS;
+/// The ingress class a fresh installation gives `config-network`: the upstream Envoy-based
+/// networking layer (net-gateway-api on Contour) in front of fiber-router, the decision record's
+/// "first networking implementation" where Kourier cannot be built; fiber-router's own class,
+/// [`lampyr_api::keys::FIBER_INGRESS_CLASS`], is the lighter option chosen in the settings.
+pub const DEFAULT_INGRESS_CLASS: &str = lampyr_manifests::gateway::CLASS;
 
 /// The platform settings, as `k8s/platform.yaml` and `--provider-config` spell them.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -53,6 +55,29 @@ pub struct PlatformSettings {
     /// lampyr-controller and grant Pods trust for registries besides the system's.
     #[serde(default, rename = "registryCA", skip_serializing_if = "Option::is_none")]
     pub registry_ca: Option<String>,
+    /// Whether install puts cert-manager on a cluster without it.
+    #[serde(default)]
+    pub cert_manager: CertManager,
+}
+
+/// `certManager:` settings.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CertManager {
+    /// Install the Workspace's `cert-manager.yaml` when the cluster has no cert-manager
+    /// (one already there is never changed); `false` leaves a missing one missing (and warned about).
+    #[serde(default = "yes")]
+    pub install: bool,
+}
+
+impl Default for CertManager {
+    fn default() -> Self {
+        CertManager { install: true }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `sharedGrant:` settings: what each grant Pod of a namespace's shared grant holds, and how many run.
@@ -382,7 +407,9 @@ mod tests {
         assert_eq!(settings.router_image, DEFAULT_ROUTER_IMAGE);
         assert_eq!(settings.domain, "services.example.com");
         assert_eq!((settings.ingress.http_node_port, settings.ingress.https_node_port), (30080, 30443));
-        assert_eq!(settings.ingress.class, DEFAULT_INGRESS_CLASS);
+        assert_eq!(settings.ingress.class, "gateway-api.ingress.networking.knative.dev", "the upstream layer is the default");
+        assert!(settings.cert_manager.install, "cert-manager is installed where missing by default");
+        assert!(!parse("{certManager: {install: false}}").expect("parses").cert_manager.install);
     }
 
     #[test]
