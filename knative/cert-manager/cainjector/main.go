@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/cert-manager/cert-manager/cmd/lampyr/internal/cli"
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
@@ -63,18 +63,7 @@ func main() {
 	} {
 		enable[kind] = fs.Bool(flagName, true, "Inject CA data into "+kind+" resources")
 	}
-	logf.AddFlags(logging, fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-
-	logf.InitLogs()
-	if err := logf.ValidateAndApply(logging); err != nil {
-		fatal(err)
-	}
+	cli.Start(fs, logging)
 	log := logf.Log.WithName("lampyr-cainjector")
 	ctrl.SetLogger(log)
 
@@ -87,7 +76,7 @@ func main() {
 
 	restCfg, err := clientcmd.BuildConfigFromFlags(apiServerHost, kubeconfig)
 	if err != nil {
-		fatal(err)
+		cli.Fatal(err)
 	}
 	restCfg = util.RestConfigWithUserAgent(restCfg, "cainjector")
 
@@ -108,7 +97,7 @@ func main() {
 		RetryPeriod:                   &retry,
 	})
 	if err != nil {
-		fatal(fmt.Errorf("creating manager: %w", err))
+		cli.Fatal(fmt.Errorf("creating manager: %w", err))
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -123,16 +112,10 @@ func main() {
 		EnableCertificatesDataSource: enableCertSource,
 		EnabledReconcilersFor:        enabled,
 	}); err != nil {
-		fatal(err)
+		cli.Fatal(err)
 	}
 	if err := mgr.Start(ctx); err != nil {
-		fatal(err)
+		cli.Fatal(err)
 	}
 	logf.FlushLogs()
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "error:", err)
-	logf.FlushLogs()
-	os.Exit(1)
 }

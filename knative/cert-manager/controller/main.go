@@ -33,6 +33,7 @@ import (
 	// SecretsFilteredCaching) consulted by controller.NewContextFactory.
 	_ "github.com/cert-manager/cert-manager/internal/controller/feature"
 
+	"github.com/cert-manager/cert-manager/cmd/lampyr/internal/cli"
 	controllerpkg "github.com/cert-manager/cert-manager/pkg/controller"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
 	"github.com/cert-manager/cert-manager/pkg/metrics"
@@ -123,27 +124,12 @@ func main() {
 	var ignoredInt int
 	fs.StringVar(&ignoredStr, "acme-http01-solver-image", "", "Ignored (ACME not supported)")
 	fs.IntVar(&ignoredInt, "max-concurrent-challenges", 60, "Ignored (ACME not supported)")
-	logf.AddFlags(o.logging, fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-
-	logf.InitLogs()
-	if err := logf.ValidateAndApply(o.logging); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	cli.Start(fs, o.logging)
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(o.featureGates); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		cli.Fatal(err)
 	}
 	if err := run(o); err != nil {
-		logf.Log.Error(err, "controller exited with error")
-		logf.FlushLogs()
-		os.Exit(1)
+		cli.Fatal(fmt.Errorf("controller exited: %w", err))
 	}
 	logf.FlushLogs()
 }

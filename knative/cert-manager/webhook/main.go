@@ -7,8 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/cert-manager/cert-manager/cmd/lampyr/internal/cli"
 	config "github.com/cert-manager/cert-manager/internal/apis/config/webhook"
 	cmwebhook "github.com/cert-manager/cert-manager/internal/webhook"
 	_ "github.com/cert-manager/cert-manager/internal/webhook/feature"
@@ -45,21 +44,10 @@ func main() {
 	fs.BoolVar(&cfg.EnablePprof, "enable-profiling", false, "Enable pprof")
 	fs.StringVar(&cfg.PprofAddress, "profiler-address", "localhost:6060", "pprof address")
 	fs.StringVar(&featureGateStr, "feature-gates", "", "Feature gates, e.g. Foo=true,Bar=false")
-	logf.AddFlags(&cfg.Logging, fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-
-	logf.InitLogs()
-	if err := logf.ValidateAndApply(&cfg.Logging); err != nil {
-		fatal(err)
-	}
+	cli.Start(fs, &cfg.Logging)
 	if featureGateStr != "" {
 		if err := utilfeature.DefaultMutableFeatureGate.Set(featureGateStr); err != nil {
-			fatal(err)
+			cli.Fatal(err)
 		}
 	}
 
@@ -69,16 +57,10 @@ func main() {
 
 	srv, err := cmwebhook.NewCertManagerWebhookServer(log, cfg)
 	if err != nil {
-		fatal(err)
+		cli.Fatal(err)
 	}
 	if err := srv.Run(logf.NewContext(ctx, log)); err != nil {
-		fatal(err)
+		cli.Fatal(err)
 	}
 	logf.FlushLogs()
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "error:", err)
-	logf.FlushLogs()
-	os.Exit(1)
 }
