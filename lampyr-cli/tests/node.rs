@@ -24,8 +24,8 @@ use lampyr_testenv::{Node, Serving, repo_root};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use support::{
-    Ly, apply, assert_real_containers, path, pods, public_edge_refuses_what_is_internal, scale_to_zero_after,
-    serves_a_domain_mapping_over_https, stderr, text,
+    Ly, apply, assert_even_split, assert_real_containers, path, pods, public_edge_refuses_what_is_internal, scale_to_zero_after,
+    second_revision_split_and_tagged, serves_a_domain_mapping_over_https, stderr, text,
 };
 
 /// fiber-router's NodePort (the reference's default `ingress.httpNodePort`).
@@ -291,40 +291,9 @@ async fn lampyr_installs_serves_scales_recovers_and_uninstalls_on_a_real_node() 
     assert_real_containers(&ly, &images, &["default"]);
 
     // 5. A second Revision, a 50/50 split and a tag host, all through the NodePort.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let service = std::fs::read_to_string(hello.join("service.yaml")).expect("read service.yaml");
-    assert!(service.contains("value: Lampyr"), "examples/hello/service.yaml sets TARGET=Lampyr");
-    let live = ly.kubectl(&[
-        "get",
-        "services.serving.knative.dev/hello",
-        "-n",
-        "default",
-        "-o",
-        "jsonpath={.spec.template.metadata.annotations.lampyr\\.dev/snapshot-artifact}",
-    ]);
-    let artifact = text(&live);
-    assert!(artifact.starts_with(&format!("{registry}/lampyr/snapshots@sha256:")), "the first deploy pinned the artifact: {artifact}");
-    let second = dir.path().join("service.yaml");
-    let pinned = service.replace("value: Lampyr", "value: Node").replace(
-        "        autoscaling.knative.dev/min-scale: \"0\"\n",
-        &format!("        autoscaling.knative.dev/min-scale: \"0\"\n        lampyr.dev/snapshot-artifact: {artifact}\n"),
-    );
-    std::fs::write(&second, pinned).expect("write");
-    let redeployed = ly.deploy(&[path(&second), "--timeout", "300"]);
-    assert!(redeployed.status.success(), "second deploy failed:\n{}", stderr(&redeployed));
-    let traffic = json!({ "spec": { "traffic": [
-        { "revisionName": "hello-00001", "percent": 50, "tag": "current" },
-        { "revisionName": "hello-00002", "percent": 50, "tag": "candidate" },
-    ] } });
-    let out = ly.kubectl(&["patch", "services.serving.knative.dev/hello", "-n", "default", "--type=merge", "-p", &traffic.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Node!\n");
-    assert_eq!(serving.answer(&format!("current-hello.default.{DOMAIN}"), "/").await, "Hello Lampyr!\n");
-    let split = answers(&serving, &host, 60).await;
-    assert_eq!(split.keys().collect::<Vec<_>>(), ["Hello Lampyr!\n", "Hello Node!\n"], "both Revisions answer the split: {split:?}");
-    for (body, count) in &split {
-        assert!((12..=48).contains(count), "{body:?} answered {count} of 60 requests of a 50/50 split: {split:?}");
-    }
+    let artifact = second_revision_split_and_tagged(&ly, &serving, DOMAIN, "Node").await;
+    assert!(artifact.starts_with(&format!("{registry}/lampyr/snapshots@sha256:")), "pushed to the node's registry: {artifact}");
+    assert_even_split(&answers(&serving, &host, 60).await, ["Hello Lampyr!\n", "Hello Node!\n"]);
 
     // 5b. The public edge: from outside, cluster-local hosts, Revisions picked by Knative's
     //     headers and the router's metrics are refused; a DomainMapping with a TLS Secret

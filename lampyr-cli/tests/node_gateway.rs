@@ -18,8 +18,8 @@ use lampyr_testenv::runtime_images::RuntimeImages;
 use lampyr_testenv::{Node, Serving, repo_root};
 use serde_json::{Value, json};
 use support::{
-    Ly, assert_real_containers, path, public_edge_refuses_what_is_internal, scale_to_zero_after, serves_a_domain_mapping_over_https,
-    serves_external_domain_tls_from_cert_manager, stderr,
+    Ly, assert_even_split, assert_real_containers, path, pinned_service, public_edge_refuses_what_is_internal, scale_to_zero_after,
+    second_revision_split_and_tagged, serves_a_domain_mapping_over_https, serves_external_domain_tls_from_cert_manager, stderr,
 };
 
 /// Envoy's HTTP NodePort (the reference's default `ingress.httpNodePort`).
@@ -69,17 +69,6 @@ async fn through_envoy(serving: &NodeIngress<'_>, host: &str) -> (u16, bool, Str
     // Envoy adds the upstream's time to every response it proxied, and names itself on its own answers.
     let envoy = resp.headers().contains_key("x-envoy-upstream-service-time") || resp.headers().get("server").is_some_and(|s| s == "envoy");
     (status, envoy, resp.text().await.unwrap_or_default())
-}
-
-/// examples/hello's `service.yaml` greeting `target`, its artifact pinned to `artifact`
-/// (a Service deployed from a copy has no guest crate beside it).
-fn pinned_service(service: &str, artifact: &str, target: &str) -> String {
-    let pinned = service.replace("value: Lampyr", &format!("value: {target}")).replace(
-        "        autoscaling.knative.dev/min-scale: \"0\"\n",
-        &format!("        autoscaling.knative.dev/min-scale: \"0\"\n        lampyr.dev/snapshot-artifact: {artifact}\n"),
-    );
-    assert!(pinned.contains("lampyr.dev/snapshot-artifact"), "examples/hello/service.yaml sets min-scale 0");
-    pinned
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -137,34 +126,14 @@ async fn envoy_routes_knative_traffic_to_fiber_router_on_a_real_node() {
     assert!(target.starts_with("fiber-router.lampyr-system.svc"), "the Revision's Service names fiber-router: {target}");
 
     // 4. A second Revision, a 50/50 split and a tag host, through Envoy.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let service = std::fs::read_to_string(hello.join("service.yaml")).expect("read service.yaml");
-    let annotation = "jsonpath={.spec.template.metadata.annotations.lampyr\\.dev/snapshot-artifact}";
-    let artifact = ly.kubectl(&["get", "services.serving.knative.dev/hello", "-n", "default", "-o", annotation]);
-    let artifact = String::from_utf8_lossy(&artifact.stdout).into_owned();
-    assert!(artifact.contains("@sha256:"), "the first deploy pinned the artifact: {artifact}");
-    let second = dir.path().join("service.yaml");
-    std::fs::write(&second, pinned_service(&service, &artifact, "Envoy")).expect("write");
-    let redeployed = ly.deploy(&[path(&second), "--timeout", "300"]);
-    assert!(redeployed.status.success(), "second deploy failed:\n{}", stderr(&redeployed));
-    let traffic = json!({ "spec": { "traffic": [
-        { "revisionName": "hello-00001", "percent": 50, "tag": "current" },
-        { "revisionName": "hello-00002", "percent": 50, "tag": "candidate" },
-    ] } });
-    let out = ly.kubectl(&["patch", "services.serving.knative.dev/hello", "-n", "default", "--type=merge", "-p", &traffic.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(serving.answer(&format!("candidate-hello.default.{DOMAIN}"), "/").await, "Hello Envoy!\n");
-    assert_eq!(serving.answer(&format!("current-hello.default.{DOMAIN}"), "/").await, "Hello Lampyr!\n");
+    let artifact = second_revision_split_and_tagged(&ly, &serving, DOMAIN, "Envoy").await;
     let mut seen = std::collections::BTreeMap::new();
     for _ in 0..60 {
         let (status, envoy, body) = through_envoy(&serving, &host).await;
         assert_eq!((status, envoy), (200, true), "{host}: {body}\n{}", serving.lampyr_logs());
         *seen.entry(body).or_insert(0) += 1;
     }
-    assert_eq!(seen.keys().collect::<Vec<_>>(), ["Hello Envoy!\n", "Hello Lampyr!\n"], "both Revisions answer the split: {seen:?}");
-    for (body, count) in &seen {
-        assert!((12..=48).contains(count), "{body:?} answered {count} of 60 requests of a 50/50 split: {seen:?}");
-    }
+    assert_even_split(&seen, ["Hello Lampyr!\n", "Hello Envoy!\n"]);
 
     // 4b. The public edge: cluster-local hosts, Revisions picked by Knative's headers and
     //     fiber-router's metrics are refused from outside; a DomainMapping with a TLS Secret
@@ -186,8 +155,9 @@ async fn envoy_routes_knative_traffic_to_fiber_router_on_a_real_node() {
     assert_real_containers(&ly, &images, &[lampyr_manifests::cert_manager::NAMESPACE]);
 
     // 5. A cluster-local Service: routed on the local Gateway only; from outside its host is 404.
+    let dir = tempfile::tempdir().expect("tempdir");
     let private = dir.path().join("private.yaml");
-    let labelled = pinned_service(&service, &artifact, "Private").replacen(
+    let labelled = pinned_service(&artifact, "Private").replacen(
         "name: hello\n",
         "name: private\n  labels:\n    networking.knative.dev/visibility: cluster-local\n",
         1,

@@ -131,6 +131,7 @@ fn scaffolding_writes_every_file_and_every_document_is_a_kubernetes_object() {
             "routerImage": "ghcr.io/hyperlight-dev/lampyr/fiber-router:preview",
             "domain": "services.example.com",
             "ingress": { "httpNodePort": 30080, "httpsNodePort": 30443 },
+            "certManager": { "install": true },
         })]
     );
     let readme = std::fs::read_to_string(dir.join("k8s/README.md")).expect("README");

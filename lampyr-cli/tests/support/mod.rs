@@ -216,3 +216,50 @@ pub fn try_apply(ly: &Ly<'_>, object: &Value) -> Result<(), String> {
     let out = ly.kubectl(&["apply", "-f", path(&file)]);
     if out.status.success() { Ok(()) } else { Err(stderr(&out)) }
 }
+
+/// examples/hello's `service.yaml` greeting `target`, its artifact pinned to `artifact`
+/// (a Service deployed from a copy has no guest crate beside it).
+pub fn pinned_service(artifact: &str, target: &str) -> String {
+    let service = std::fs::read_to_string(lampyr_testenv::repo_root().join("examples/hello/service.yaml")).expect("read service.yaml");
+    assert!(service.contains("value: Lampyr"), "examples/hello/service.yaml sets TARGET=Lampyr");
+    let pinned = service.replace("value: Lampyr", &format!("value: {target}")).replace(
+        "        autoscaling.knative.dev/min-scale: \"0\"\n",
+        &format!("        autoscaling.knative.dev/min-scale: \"0\"\n        lampyr.dev/snapshot-artifact: {artifact}\n"),
+    );
+    assert!(pinned.contains("lampyr.dev/snapshot-artifact"), "examples/hello/service.yaml sets min-scale 0");
+    pinned
+}
+
+/// A second Revision of the deployed hello greeting `target` (pinned to the artifact the
+/// first deploy pushed), then hello split 50/50 between `hello-00001` (tag `current`) and
+/// `hello-00002` (tag `candidate`), each tag host answering its Revision. Returns the artifact.
+pub async fn second_revision_split_and_tagged(ly: &Ly<'_>, serving: &NodeIngress<'_>, domain: &str, target: &str) -> String {
+    let annotation = "jsonpath={.spec.template.metadata.annotations.lampyr\\.dev/snapshot-artifact}";
+    let artifact = text(&ly.kubectl(&["get", "services.serving.knative.dev/hello", "-n", "default", "-o", annotation]));
+    assert!(artifact.contains("@sha256:"), "the first deploy pinned the artifact: {artifact}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let second = dir.path().join("service.yaml");
+    std::fs::write(&second, pinned_service(&artifact, target)).expect("write");
+    let redeployed = ly.deploy(&[path(&second), "--timeout", "300"]);
+    assert!(redeployed.status.success(), "second deploy failed:\n{}", stderr(&redeployed));
+    let traffic = json!({ "spec": { "traffic": [
+        { "revisionName": "hello-00001", "percent": 50, "tag": "current" },
+        { "revisionName": "hello-00002", "percent": 50, "tag": "candidate" },
+    ] } });
+    let out = ly.kubectl(&["patch", "services.serving.knative.dev/hello", "-n", "default", "--type=merge", "-p", &traffic.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(serving.answer(&format!("candidate-hello.default.{domain}"), "/").await, format!("Hello {target}!\n"));
+    assert_eq!(serving.answer(&format!("current-hello.default.{domain}"), "/").await, "Hello Lampyr!\n");
+    artifact
+}
+
+/// `seen` (answer → count) is a 50/50 split of `bodies`: both answered, each 20–80% of the requests.
+pub fn assert_even_split(seen: &std::collections::BTreeMap<String, usize>, bodies: [&str; 2]) {
+    let mut want = bodies.to_vec();
+    want.sort();
+    assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), want, "both Revisions answer the split: {seen:?}");
+    let total: usize = seen.values().sum();
+    for (body, count) in seen {
+        assert!(*count * 5 >= total && *count * 5 <= total * 4, "{body:?} answered {count} of {total} requests of a 50/50 split: {seen:?}");
+    }
+}
