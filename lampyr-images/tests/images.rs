@@ -16,7 +16,7 @@ use lampyr_testenv::containerd::{Containerd, ContainerdOptions, RunOptions};
 use lampyr_testenv::{TestRegistry, repo_root, workspace_binary};
 
 /// Every image of the catalog: each test covers each of them.
-const TESTED: [&str; 21] = [
+const TESTED: [&str; 24] = [
     "fiberd",
     "fiberd-helper",
     "fiber-router",
@@ -38,6 +38,9 @@ const TESTED: [&str; 21] = [
     "net-gateway-api-webhook",
     "contour",
     "envoy",
+    "cert-manager-controller",
+    "cert-manager-webhook",
+    "cert-manager-cainjector",
 ];
 
 fn tested() -> Vec<&'static Component> {
@@ -96,6 +99,9 @@ fn upstream_images_are_named_as_the_workspace_manifests_name_them() {
         |name: &str| catalog::component(name).expect("listed").reference(&repo_root().join("knative")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(reference("net-gateway-api-webhook"), format!("gcr.io/knative-releases/knative.dev/net-gateway-api/cmd/webhook:v{release}"));
     assert_eq!(reference("contour"), format!("ghcr.io/projectcontour/contour:{}", modules.contour.version));
+    for name in ["cert-manager-controller", "cert-manager-webhook", "cert-manager-cainjector"] {
+        assert_eq!(reference(name), format!("quay.io/jetstack/{name}:v1.14.4"), "named as cert-manager's release manifest names it");
+    }
 }
 
 #[test]

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/pflag"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -44,7 +43,7 @@ func main() {
 		enable                               = map[string]*bool{}
 	)
 	logging := logsapi.NewLoggingConfiguration()
-	fs := pflag.NewFlagSet("cainjector", pflag.ContinueOnError)
+	fs := cli.FlagSet()
 	fs.StringVar(&apiServerHost, "master", "", "Kubernetes API server address (overrides kubeconfig)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster config if empty")
 	fs.StringVar(&namespace, "namespace", "", "Only inject from/into this namespace (all if empty)")

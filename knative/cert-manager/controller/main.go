@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -100,7 +99,7 @@ type options struct {
 
 func main() {
 	o := &options{logging: logsapi.NewLoggingConfiguration()}
-	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+	fs := cli.FlagSet()
 	fs.StringVar(&o.apiServerHost, "master", "", "Kubernetes API server address (overrides kubeconfig)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster config if empty")
 	fs.StringVar(&o.namespace, "namespace", "", "Only watch resources in this namespace (all if empty)")

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/cert-manager/cert-manager/cmd/lampyr/internal/cli"
@@ -28,7 +27,7 @@ func main() {
 	cfg.Logging = *logsapi.NewLoggingConfiguration()
 	var featureGateStr string
 
-	fs := pflag.NewFlagSet("webhook", pflag.ContinueOnError)
+	fs := cli.FlagSet()
 	fs.StringVar(&cfg.APIServerHost, "master", "", "Kubernetes API server address (overrides kubeconfig)")
 	fs.StringVar(&cfg.KubeConfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster config if empty")
 	fs.Int32Var(&cfg.SecurePort, "secure-port", 6443, "HTTPS port for admission/conversion requests")

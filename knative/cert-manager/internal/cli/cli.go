@@ -9,12 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
 )
+
+// FlagSet is the command line's flag set, named as the program was run (so its usage
+// names the binary).
+func FlagSet() *pflag.FlagSet {
+	return pflag.NewFlagSet(filepath.Base(os.Args[0]), pflag.ContinueOnError)
+}
 
 // Start adds cert-manager's log flags to fs, parses the command line (exit 0 after
 // --help, 2 on a bad flag, pflag having said why) and applies the logging configuration.
