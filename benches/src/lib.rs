@@ -37,6 +37,23 @@ impl Samples {
         )
     }
 
+    /// Like [`Samples::measure`], with an untimed `setup` before every call whose value the call takes.
+    pub fn measure_with<S>(n: usize, warmup: usize, mut setup: impl FnMut() -> S, mut f: impl FnMut(S)) -> Self {
+        for _ in 0..warmup {
+            f(setup());
+        }
+        Samples(
+            (0..n)
+                .map(|_| {
+                    let input = setup();
+                    let t = Instant::now();
+                    f(input);
+                    t.elapsed()
+                })
+                .collect(),
+        )
+    }
+
     /// The `p`-th percentile (0–100), nearest-rank.
     pub fn percentile(&self, p: f64) -> Duration {
         let mut v = self.0.clone();

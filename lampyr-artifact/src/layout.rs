@@ -94,7 +94,8 @@ fn check_size(what: &str, declared: u64, max: u64) -> Result<(), ArtifactError> 
     Ok(())
 }
 
-fn check_blob(what: &str, desc: &Descriptor, len: u64, actual: &str) -> Result<(), ArtifactError> {
+/// Checks `len` bytes hashing to `actual` are the blob `desc` (of `what`) names.
+pub(crate) fn check_blob(what: &str, desc: &Descriptor, len: u64, actual: &str) -> Result<(), ArtifactError> {
     if len != desc.size() {
         return Err(ArtifactError::SizeMismatch {
             what: what.to_string(),

@@ -38,18 +38,23 @@ pub fn write_artifact(out: &Path, snapshot_manifest: &str, elf: &[u8], form: For
         .find(|d| d.digest().to_string() == snapshot_manifest)
         .ok_or_else(|| ArtifactError::NotFound { reference: snapshot_manifest.to_string(), layout: out.to_path_buf() })?
         .clone();
-    let (elf_layer, snapshot_entry) = match form {
-        Form::Plain => (elf_native, json!({"artifactType": MT_HYPERLIGHT_CONFIG, "digest": snapshot_manifest, "size": snap_desc.size()})),
+    let empty = descriptor(MT_EMPTY, 2, &empty)?;
+    let (empty, elf_layer, snapshot_entry) = match form {
+        Form::Plain => {
+            (empty, elf_native, json!({"artifactType": MT_HYPERLIGHT_CONFIG, "digest": snapshot_manifest, "size": snap_desc.size()}))
+        }
         Form::Packed => {
             let (digest, size) = write_packed_snapshot(out, &snap_desc)?;
-            (compress_layer(out, &elf_native)?, json!({"artifactType": MT_PACKED_SNAPSHOT, "digest": digest, "size": size}))
+            let elf_layer = embed_small(out, compress_layer(out, &elf_native)?, "guest ELF layer")?;
+            let entry = json!({"artifactType": MT_PACKED_SNAPSHOT, "digest": digest, "size": size});
+            (embed_small(out, empty, "guest config")?, elf_layer, entry)
         }
     };
     let guest_manifest = json!({
         "schemaVersion": 2,
         "mediaType": MT_MANIFEST,
         "artifactType": MT_GUEST,
-        "config": {"mediaType": MT_EMPTY, "digest": empty, "size": 2},
+        "config": empty,
         "layers": [elf_layer],
     });
     let guest_bytes = to_json(&guest_manifest)?;
@@ -99,19 +104,35 @@ fn write_packed_snapshot(out: &Path, hyperlight: &Descriptor) -> Result<(String,
     let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
         .map_err(|e| ArtifactError::Malformed { what: "Hyperlight manifest".into(), reason: e.to_string() })?;
     let carried = descriptor(MT_HYPERLIGHT_MANIFEST_LAYER, hyperlight.size(), hyperlight.digest().as_ref())?;
-    let mut layers = vec![serde_json::to_value(&carried).map_err(json_error)?];
+    let mut layers = vec![serde_json::to_value(embed_small(out, carried, "Hyperlight manifest")?).map_err(json_error)?];
     for layer in manifest.layers() {
-        layers.push(serde_json::to_value(compress_layer(out, layer)?).map_err(json_error)?);
+        let packed = embed_small(out, compress_layer(out, layer)?, "snapshot layer")?;
+        layers.push(serde_json::to_value(packed).map_err(json_error)?);
     }
     let packed = json!({
         "schemaVersion": 2,
         "mediaType": MT_MANIFEST,
         "artifactType": MT_PACKED_SNAPSHOT,
-        "config": manifest.config(),
+        "config": embed_small(out, manifest.config().clone(), "snapshot config")?,
         "layers": layers,
     });
     let packed_bytes = to_json(&packed)?;
     Ok((write_blob(out, &packed_bytes)?, packed_bytes.len()))
+}
+
+/// Blobs of at most this many bytes also travel embedded in their descriptor's `data`
+/// field (base64, OCI 1.1): a pull takes them from the manifest instead of asking the
+/// registry for each. The blob is pushed too, for clients that do not read `data`.
+pub const EMBED_MAX: u64 = 16 * 1024;
+
+/// `desc` (a blob of the layout at `root`) with its bytes embedded when it is small.
+fn embed_small(root: &Path, mut desc: Descriptor, what: &str) -> Result<Descriptor, ArtifactError> {
+    use base64::Engine as _;
+    if desc.size() <= EMBED_MAX {
+        let bytes = layout::read_blob(root, &desc, what, EMBED_MAX)?;
+        desc.set_data(Some(base64::engine::general_purpose::STANDARD.encode(bytes)));
+    }
+    Ok(desc)
 }
 
 /// Compresses layer `native` of the layout at `root` into a blob beside it and returns

@@ -30,7 +30,7 @@ use crate::readers::{ProvenReaders, Reader};
 use crate::reference::Repository;
 use crate::seal::{ARTIFACT_ANNOTATION, MAX_SEALED_BYTES, MT_SEALED_LAYER, MT_TEMPLATE, SealedTemplate};
 use crate::session::{GetError, Sessions};
-use crate::structure::{DataLayer, MT_INDEX, MT_MANIFEST, Structure, carried_manifest, index_entries};
+use crate::structure::{DataLayer, MT_INDEX, MT_MANIFEST, Structure, embedded, index_entries, listed_blobs};
 use crate::verify::verify_fresh_layout;
 use crate::{ArtifactError, ArtifactRef, MT_EMPTY, VerifiedArtifact, verify_layout};
 /// The OCI empty config blob.
@@ -406,32 +406,7 @@ impl RegistryClient {
             self.fetch_manifest(repo, &snapshot, "snapshot manifest", cache),
             self.fetch_manifest(repo, &guest, "guest manifest", cache),
         )?;
-        let carried = carried_manifest(&snapshot_bytes).map_err(|e| index_op.artifact_error(e))?;
-        let carried_bytes = match &carried {
-            Some(desc) => {
-                let layer = DataLayer { what: "Hyperlight manifest", native: desc.clone(), packed: None, max: MAX_JSON_BYTES };
-                self.fetch_blob(repo, &layer, cache).await?;
-                Some(cache.read_json(desc.digest().as_ref(), "Hyperlight manifest")?)
-            }
-            None => None,
-        };
-        let fetched = |desc: &Descriptor, _: &str| -> Result<Vec<u8>, ArtifactError> {
-            let d = desc.digest().to_string();
-            let found = [(&snapshot, &snapshot_bytes), (&guest, &guest_bytes)].into_iter().find(|(s, _)| s.digest().to_string() == d);
-            match (found, carried.as_ref().zip(carried_bytes.as_ref())) {
-                (Some((_, bytes)), _) => Ok(bytes.clone()),
-                (None, Some((c, bytes))) if c.digest().to_string() == d => Ok(bytes.clone()),
-                _ => Err(ArtifactError::NotFound { reference: d, layout: cache.root().to_path_buf() }),
-            }
-        };
-        let artifact = Structure::read(digest, &index_bytes, fetched).map_err(|e| index_op.artifact_error(e))?;
-        let json = artifact.json_blobs().into_iter().map(|(what, desc)| DataLayer {
-            what,
-            native: desc.clone(),
-            packed: None,
-            max: MAX_JSON_BYTES,
-        });
-        let transfers: Vec<DataLayer> = json.chain(artifact.layers().into_iter().cloned()).collect();
+        let transfers = listed_blobs(&snapshot_bytes, &guest_bytes).map_err(|e| index_op.artifact_error(e))?;
         // Every transfer runs to its end, even after one fails, so none is left writing
         // into the cache once the pull returns.
         let fetched: Vec<Result<Option<String>, RegistryError>> = futures::stream::iter(transfers)
@@ -440,6 +415,11 @@ impl RegistryClient {
             .collect()
             .await;
         let hashed: HashSet<String> = fetched.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect();
+        // The carried manifest, now cached, must list what the packed one described.
+        cache.structure(digest).map_err(|e| match e {
+            CacheError::Artifact(e) => index_op.artifact_error(*e),
+            e => RegistryError::from(e),
+        })?;
         let layout = cache.materialise(digest)?;
         verify_fresh_layout(&layout, Some(digest), &hashed).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))
     }
@@ -672,8 +652,9 @@ impl RegistryClient {
         Ok(bytes)
     }
 
-    /// Streams `layer` into the cache unless it is there, as Hyperlight loads it: a
-    /// compressed layer is decompressed on the way. It lands only if complete and correct.
+    /// Stores `layer` in the cache unless it is there, as Hyperlight loads it: from the
+    /// copy its descriptor embeds, else streamed from the registry; a compressed layer is
+    /// decompressed on the way. It lands only if complete and correct.
     /// Returns the digest it stored, `None` when the cache had it.
     async fn fetch_blob(&self, repo: &Repository, layer: &DataLayer, cache: &Cache) -> Result<Option<String>, RegistryError> {
         if cache.contains(layer.native.digest().as_ref(), layer.native.size())? {
@@ -681,11 +662,26 @@ impl RegistryClient {
         }
         let transport = layer.transport().digest().to_string();
         let op = Op { repo, verb: "pulling", what: layer.what, digest: &transport };
-        let sized = self.client.pull_blob_stream(&reference(repo, &transport), transport.as_str()).await.map_err(|e| op.fail(e))?;
-        if let Some(length) = sized.content_length.filter(|l| *l != layer.transport().size()) {
-            return Err(op.size_mismatch(layer.transport().size(), length));
-        }
+        let copy = embedded(layer.what, layer.transport()).map_err(|e| op.artifact_error(e))?;
         let sink = BlobSink::new(layer, cache)?;
+        let writing = match copy {
+            // A small blob travels in its descriptor: no request.
+            Some(bytes) => tokio::task::spawn_blocking(move || sink.store(&bytes)),
+            None => self.download(&op, sink).await?,
+        };
+        let written = writing.await.map_err(|e| cache_io(cache, io::Error::other(e)))?;
+        written.map_err(|e| e.into_registry(&op))?;
+        Ok(Some(layer.native.digest().to_string()))
+    }
+
+    /// Streams the blob `op` names into `sink`, which takes it on a blocking thread;
+    /// returns that thread's handle once the download has ended.
+    async fn download(&self, op: &Op<'_>, sink: BlobSink) -> Result<tokio::task::JoinHandle<Result<(), SinkError>>, RegistryError> {
+        let sized = self.client.pull_blob_stream(&reference(op.repo, op.digest), op.digest).await.map_err(|e| op.fail(e))?;
+        let size = sink.layer.transport().size();
+        if let Some(length) = sized.content_length.filter(|l| *l != size) {
+            return Err(op.size_mismatch(size, length));
+        }
         let (chunks, received) = tokio::sync::mpsc::channel(SINK_CHUNKS);
         let writing = tokio::task::spawn_blocking(move || sink.run(received));
         let mut stream = sized.stream;
@@ -696,10 +692,7 @@ impl RegistryClient {
                 break;
             }
         }
-        drop(chunks);
-        let written = writing.await.map_err(|e| cache_io(cache, io::Error::other(e)))?;
-        written.map_err(|e| e.into_registry(&op))?;
-        Ok(Some(layer.native.digest().to_string()))
+        Ok(writing)
     }
 }
 
@@ -745,32 +738,49 @@ impl BlobSink {
     }
 
     fn run(mut self, mut chunks: tokio::sync::mpsc::Receiver<Result<Bytes, io::Error>>) -> Result<(), SinkError> {
-        let expected = self.layer.transport().size();
         while let Some(chunk) = chunks.blocking_recv() {
-            let chunk = match chunk {
-                Ok(chunk) => chunk,
+            match chunk {
+                Ok(chunk) => self.take(&chunk)?,
                 // oci-client ends a stream whose digest differs with an error: say which.
-                Err(_) if self.received == expected && self.digest() != self.layer.transport().digest().as_ref() => {
+                Err(_) if self.received == self.layer.transport().size() && self.digest() != self.layer.transport().digest().as_ref() => {
                     return Err(SinkError::Digest { actual: self.digest() });
                 }
                 Err(e) => return Err(SinkError::Transport(e)),
-            };
-            if self.received + chunk.len() as u64 > expected {
-                return Err(SinkError::Size { expected, actual: self.received + chunk.len() as u64 });
-            }
-            self.received += chunk.len() as u64;
-            self.hasher.update(&chunk);
-            let refused = match &mut self.output {
-                SinkOutput::Plain(pending) => pending.write_all(&chunk).map_err(SinkError::Cache).err(),
-                SinkOutput::Packed(unpacker) => unpacker.write(&chunk).err().map(SinkError::Unpacked),
-                SinkOutput::Refused(_) => None,
-            };
-            match refused {
-                Some(SinkError::Unpacked(e)) => self.output = SinkOutput::Refused(e),
-                Some(e) => return Err(e),
-                None => {}
             }
         }
+        self.finish()
+    }
+
+    /// Takes the whole blob at once.
+    fn store(mut self, bytes: &[u8]) -> Result<(), SinkError> {
+        self.take(bytes)?;
+        self.finish()
+    }
+
+    /// Hashes and writes (or decompresses) the next bytes of the blob.
+    fn take(&mut self, chunk: &[u8]) -> Result<(), SinkError> {
+        let expected = self.layer.transport().size();
+        if self.received + chunk.len() as u64 > expected {
+            return Err(SinkError::Size { expected, actual: self.received + chunk.len() as u64 });
+        }
+        self.received += chunk.len() as u64;
+        self.hasher.update(chunk);
+        let refused = match &mut self.output {
+            SinkOutput::Plain(pending) => pending.write_all(chunk).map_err(SinkError::Cache).err(),
+            SinkOutput::Packed(unpacker) => unpacker.write(chunk).err().map(SinkError::Unpacked),
+            SinkOutput::Refused(_) => None,
+        };
+        match refused {
+            Some(SinkError::Unpacked(e)) => self.output = SinkOutput::Refused(e),
+            Some(e) => return Err(e),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Checks the whole blob arrived as its descriptors declare and stores it.
+    fn finish(self) -> Result<(), SinkError> {
+        let expected = self.layer.transport().size();
         if self.received != expected {
             return Err(SinkError::Size { expected, actual: self.received });
         }

@@ -15,7 +15,7 @@
 
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
 
-use crate::layout::{MAX_JSON_BYTES, digest_hex};
+use crate::layout::{MAX_JSON_BYTES, check_blob, digest_hex, sha256_digest};
 use crate::verify::{MAX_MEMORY_BYTES, MAX_TRANSPORT_BYTES};
 use crate::{
     ArtifactError, MAX_ELF_BYTES, MT_ARTIFACT, MT_EMPTY, MT_GUEST, MT_GUEST_ELF, MT_HYPERLIGHT_CONFIG, MT_HYPERLIGHT_MEMORY,
@@ -196,14 +196,31 @@ pub fn index_entries(bytes: &[u8]) -> Result<(Descriptor, Descriptor), ArtifactE
     Ok((snapshot.clone(), guest.clone()))
 }
 
-/// For a packed snapshot manifest, the descriptor of the Hyperlight manifest it carries;
-/// `None` for Hyperlight's own (plain) manifest.
-pub fn carried_manifest(snapshot_manifest: &[u8]) -> Result<Option<Descriptor>, ArtifactError> {
-    let manifest: ImageManifest = parse_json("snapshot manifest", snapshot_manifest)?;
-    if artifact_type(&manifest).as_deref() != Some(MT_PACKED_SNAPSHOT) {
-        return Ok(None);
-    }
-    Ok(Some(packed_layers(&manifest)?.manifest))
+/// Every blob the two manifests list, in the form it travels, read from the manifests
+/// alone (a packed artifact's Hyperlight manifest is one of them), with the same shape and
+/// size checks as [`Structure::read`], largest native form first: what a pull fetches in
+/// one round, before [`Structure::read`] checks the carried manifest agrees with them.
+pub fn listed_blobs(snapshot_manifest: &[u8], guest_manifest: &[u8]) -> Result<Vec<DataLayer>, ArtifactError> {
+    let json = |what: &'static str, desc: &Descriptor| -> Result<DataLayer, ArtifactError> {
+        json_size(what, desc)?;
+        Ok(DataLayer { what, native: desc.clone(), packed: None, max: MAX_JSON_BYTES })
+    };
+    let snapshot: ImageManifest = parse_json("snapshot manifest", snapshot_manifest)?;
+    let mut blobs = if artifact_type(&snapshot).as_deref() == Some(MT_PACKED_SNAPSHOT) {
+        let packed = packed_layers(&snapshot)?;
+        vec![json("snapshot config", &packed.config)?, json("Hyperlight manifest", &packed.manifest)?, packed.memory, packed.transport]
+    } else {
+        let (config, memory, transport) = hyperlight_layers(&snapshot, "snapshot manifest")?;
+        vec![json("snapshot config", &config)?, memory, transport]
+    };
+    let guest: ImageManifest = parse_json("guest manifest", guest_manifest)?;
+    let [elf] = guest.layers().as_slice() else {
+        return Err(unexpected("guest manifest layers", "1 entry", guest.layers().len()));
+    };
+    blobs.push(json("guest config", guest.config())?);
+    blobs.push(data_layer(elf, MT_GUEST_ELF, "guest ELF layer", MAX_ELF_BYTES)?);
+    blobs.sort_by_key(|b| std::cmp::Reverse(b.native.size()));
+    Ok(blobs)
 }
 
 /// The compressed descriptor of `native`: media type with [`ZSTD_SUFFIX`], the native
@@ -237,6 +254,7 @@ fn packed_layers(manifest: &ImageManifest) -> Result<Packed, ArtifactError> {
     };
     expect("packed snapshot manifest layers[0].mediaType", MT_HYPERLIGHT_MANIFEST_LAYER, Some(carried.media_type().as_ref()))?;
     json_size("Hyperlight manifest", carried)?;
+    json_size("snapshot config", manifest.config())?;
     Ok(Packed {
         config: manifest.config().clone(),
         manifest: carried.clone(),
@@ -316,7 +334,26 @@ fn within(what: &str, desc: &Descriptor, size: u64, max: u64) -> Result<(), Arti
     if size > max {
         return Err(ArtifactError::Declared { what: what.to_string(), digest: desc.digest().to_string(), size, max });
     }
-    Ok(())
+    embedded(what, desc).map(drop)
+}
+
+/// The bytes `desc` (of `what`) embeds in its `data` field, checked against its size and
+/// digest; `None` when it embeds nothing. A copy that differs from the blob it names is
+/// refused, so an embedded copy and the blob are always the same bytes.
+pub fn embedded(what: &str, desc: &Descriptor) -> Result<Option<Vec<u8>>, ArtifactError> {
+    use base64::Engine as _;
+    let Some(data) = desc.data() else { return Ok(None) };
+    let (digest, expected) = (desc.digest().to_string(), desc.size());
+    let what = format!("{what} (embedded in its descriptor)");
+    // Base64 of `size` bytes takes 4 characters per 3 bytes: refuse more before decoding.
+    if data.len() as u64 > expected.div_ceil(3) * 4 {
+        return Err(ArtifactError::SizeMismatch { what, digest, expected, actual: data.len() as u64 / 4 * 3 });
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| ArtifactError::Malformed { what: what.clone(), reason: format!("data is not base64: {e}") })?;
+    check_blob(&what, desc, bytes.len() as u64, &sha256_digest(&bytes))?;
+    Ok(Some(bytes))
 }
 
 fn parse_digest(digest: &str) -> Result<oci_spec::image::Digest, ArtifactError> {

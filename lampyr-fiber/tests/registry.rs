@@ -1,8 +1,8 @@
 //! Moving artifacts through a real registry (Debian's `docker-registry`):
 //! byte-exact push and pull by digest into the cache (compressed on the wire,
-//! native in the cache), artifacts of the previous uncompressed form, concurrent
-//! pulls, and refusal of missing, tampered, oversized and bomb content with
-//! messages naming what is wrong.
+//! native in the cache, small blobs embedded in their descriptors), artifacts of the
+//! previous uncompressed form, concurrent pulls, and refusal of missing, tampered,
+//! oversized and bomb content with messages naming what is wrong.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -243,6 +243,53 @@ async fn tampered_blob_in_the_registry_fails_the_pull_and_caches_nothing_of_it()
     assert!(!cache.layout_path(digest).expect("path").exists(), "no layout for a failed pull");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_embedded_copy_that_differs_from_its_blob_is_refused_before_anything_is_fetched() {
+    let (layout, digest) = hello();
+    let registry = TestRegistry::start();
+    let repo = repo(&registry, "lampyr/hello");
+    let client = client(&registry);
+    client.push(layout, digest, &repo, None).await.expect("push");
+    let fake = FakeArtifacts::new(&registry, "lampyr/hello").await;
+    let artifact = structure(layout, digest);
+    assert!(artifact.guest_config.data().is_some(), "the packed guest manifest embeds its empty config");
+
+    // The guest manifest's config embeds `[]` (base64 "W10=") where its digest names `{}`.
+    let mut config = artifact.guest_config.clone();
+    config.set_data(Some("W10=".to_string()));
+    let (guest, guest_len) = fake
+        .put(
+            serde_json::json!({
+                "schemaVersion": 2, "mediaType": MT_MANIFEST, "artifactType": "application/vnd.lampyr.guest.v1",
+                "config": config, "layers": [artifact.elf.transport()],
+            }),
+            MT_MANIFEST,
+        )
+        .await;
+    let index = serde_json::json!({
+        "schemaVersion": 2, "mediaType": MT_INDEX, "artifactType": "application/vnd.lampyr.fiber.artifact.v1",
+        "manifests": [artifact.snapshot, {"mediaType": MT_MANIFEST, "digest": guest, "size": guest_len}],
+    });
+    let altered = fake.put(index, MT_INDEX).await.0;
+
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let cache = Cache::new(cache_dir.path());
+    let log_before = registry.log();
+    let err = client.pull(&repo, &altered, &cache).await.expect_err("altered embedded copy");
+    eprintln!("altered embedded copy: {err}");
+    let msg = err.to_string();
+    let empty = artifact.guest_config.digest().to_string();
+    assert!(msg.contains("guest config (embedded in its descriptor)") && msg.contains(&empty), "{msg}");
+    let log = registry.log()[log_before.len()..].to_string();
+    assert_eq!(log.matches("/blobs/").count(), 0, "no blob is fetched for a refused artifact:\n{log}");
+    let stored = store_contents(&cache);
+    assert!(!stored.contains(&empty) && !stored.contains(artifact.elf.native.digest().as_ref()), "{stored:?}");
+    assert!(tmp_is_empty(&cache));
+
+    // The genuine artifact pulls into the same cache.
+    client.pull_verified(&repo, digest, &cache).await.expect("the genuine artifact pulls");
+}
+
 /// Hand-made artifacts pushed with raw bytes: every blob is the same 5-byte blob,
 /// with whatever sizes the descriptors claim (the registry checks only existence).
 struct FakeArtifacts {
@@ -407,7 +454,7 @@ async fn concurrent_pulls_land_each_blob_once_and_a_pull_pings_at_most_once() {
     client.pull_verified(&repo, digest, &Cache::new(first.path())).await.expect("pull");
     let log = registry.log()[log_before.len()..].to_string();
     let blob_gets = log.matches("GET /v2/lampyr/hello/blobs/").count();
-    assert_eq!(blob_gets, 6, "2 configs, Hyperlight's manifest and 3 layers, once each:\n{log}");
+    assert_eq!(blob_gets, 2, "the memory and ELF layers once each; the small blobs travel embedded in the manifests:\n{log}");
     let pings = log.matches("GET /v2/ ").count();
     assert!(pings <= 1, "{pings} pings of /v2/ for one pull:\n{log}");
 

@@ -163,12 +163,13 @@ async fn homes_that_do_not_pull_or_verify_say_why_and_never_block_the_others() {
     let good = push_artifact(&registry, "lampyr/hello", &hello_artifact(BODY)).await;
     let other = hello_artifact(OTHER_BODY);
     let tampered = push_artifact(&registry, "lampyr/tampered", &other).await;
-    // Its snapshot config is its own (the guest ELF is shared with the good artifact).
-    let verified = lampyr_artifact::verify_layout(&other.layout, Some(&other.digest)).expect("verifies");
-    let manifest_path = lampyr_artifact::layout::blob_path(&other.layout, &verified.snapshot_manifest).expect("path");
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(manifest_path).expect("manifest")).expect("json");
-    let config = manifest["config"]["digest"].as_str().expect("config digest").to_string();
-    let stored = registry.blob_data_path(&config);
+    // Its memory layer is its own (the guest ELF is shared with the good artifact); the
+    // registry's copy of its compressed form is altered.
+    let structure = lampyr_artifact::verify::layout_structure(&other.layout, Some(&other.digest)).expect("structure");
+    let memory = structure.memory.transport().digest().to_string();
+    let good_memory = lampyr_artifact::verify::layout_structure(&hello_artifact(BODY).layout, None).expect("structure");
+    assert_ne!(good_memory.memory.transport().digest().to_string(), memory, "the good artifact's memory layer differs");
+    let stored = registry.blob_data_path(&memory);
     let original = std::fs::read(&stored).expect("registry blob");
     let mut bytes = original.clone();
     bytes[10] ^= 0x01;
@@ -193,7 +194,7 @@ async fn homes_that_do_not_pull_or_verify_say_why_and_never_block_the_others() {
     let e = wait_entry(&homes, "tampered-00001", "grant-a-0", "failed", failed).await.expect("entry");
     let message = e.message.expect("message");
     eprintln!("tampered: {message}");
-    assert!(message.contains("digest mismatch for snapshot config") && message.contains(&config), "{message}");
+    assert!(message.contains("digest mismatch for snapshot memory layer") && message.contains(&memory), "{message}");
     for name in ["missing-00001", "tampered-00001"] {
         assert_eq!(fiberd.get(&env.ns, name).await.0, 404, "{name} is not served");
     }
