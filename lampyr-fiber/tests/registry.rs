@@ -245,32 +245,14 @@ async fn tampered_blob_in_the_registry_fails_the_pull_and_caches_nothing_of_it()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_embedded_copy_that_differs_from_its_blob_is_refused_before_anything_is_fetched() {
-    let (layout, digest) = hello();
-    let registry = TestRegistry::start();
-    let repo = repo(&registry, "lampyr/hello");
-    let client = client(&registry);
-    client.push(layout, digest, &repo, None).await.expect("push");
-    let fake = FakeArtifacts::new(&registry, "lampyr/hello").await;
-    let artifact = structure(layout, digest);
+    let (_, digest) = hello();
+    let PushedHello { registry, repo, client, fake, artifact } = pushed_hello().await;
     assert!(artifact.guest_config.data().is_some(), "the packed guest manifest embeds its empty config");
 
     // The guest manifest's config embeds `[]` (base64 "W10=") where its digest names `{}`.
     let mut config = artifact.guest_config.clone();
     config.set_data(Some("W10=".to_string()));
-    let (guest, guest_len) = fake
-        .put(
-            serde_json::json!({
-                "schemaVersion": 2, "mediaType": MT_MANIFEST, "artifactType": "application/vnd.lampyr.guest.v1",
-                "config": config, "layers": [artifact.elf.transport()],
-            }),
-            MT_MANIFEST,
-        )
-        .await;
-    let index = serde_json::json!({
-        "schemaVersion": 2, "mediaType": MT_INDEX, "artifactType": "application/vnd.lampyr.fiber.artifact.v1",
-        "manifests": [artifact.snapshot, {"mediaType": MT_MANIFEST, "digest": guest, "size": guest_len}],
-    });
-    let altered = fake.put(index, MT_INDEX).await.0;
+    let altered = push_guest_variant(&fake, &artifact, serde_json::json!(config), serde_json::json!(artifact.elf.transport())).await;
 
     let cache_dir = tempfile::tempdir().expect("tempdir");
     let cache = Cache::new(cache_dir.path());
@@ -487,11 +469,17 @@ async fn push_elf_variant(fake: &FakeArtifacts, artifact: &Structure, compressed
         "mediaType": "application/vnd.lampyr.guest.elf.v1+zstd", "digest": blob, "size": len,
         "annotations": {"dev.lampyr.uncompressed.digest": native.digest().to_string(), "dev.lampyr.uncompressed.size": native.size().to_string()},
     });
+    push_guest_variant(fake, artifact, serde_json::json!(artifact.guest_config), layer).await
+}
+
+/// Pushes a variant of the pushed artifact `artifact` whose guest manifest has `config` and
+/// one layer, `layer`, and returns the variant's index digest.
+async fn push_guest_variant(fake: &FakeArtifacts, artifact: &Structure, config: serde_json::Value, layer: serde_json::Value) -> String {
     let (guest, guest_len) = fake
         .put(
             serde_json::json!({
                 "schemaVersion": 2, "mediaType": MT_MANIFEST, "artifactType": "application/vnd.lampyr.guest.v1",
-                "config": artifact.guest_config, "layers": [layer],
+                "config": config, "layers": [layer],
             }),
             MT_MANIFEST,
         )
@@ -503,15 +491,31 @@ async fn push_elf_variant(fake: &FakeArtifacts, artifact: &Structure, compressed
     fake.put(index, MT_INDEX).await.0
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn packed_layers_decompressing_to_other_content_or_without_bound_are_refused() {
+/// The hello artifact pushed to `lampyr/hello` of a fresh registry, for tests that push
+/// variants of it beside it.
+struct PushedHello {
+    registry: TestRegistry,
+    repo: Repository,
+    client: RegistryClient,
+    fake: FakeArtifacts,
+    artifact: Structure,
+}
+
+async fn pushed_hello() -> PushedHello {
     let (layout, digest) = hello();
     let registry = TestRegistry::start();
     let repo = repo(&registry, "lampyr/hello");
     let client = client(&registry);
     client.push(layout, digest, &repo, None).await.expect("push");
     let fake = FakeArtifacts::new(&registry, "lampyr/hello").await;
-    let artifact = structure(layout, digest);
+    PushedHello { artifact: structure(layout, digest), registry, repo, client, fake }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn packed_layers_decompressing_to_other_content_or_without_bound_are_refused() {
+    let (layout, digest) = hello();
+    // The registry stays bound: dropping it stops it.
+    let PushedHello { registry: _registry, repo, client, fake, artifact } = pushed_hello().await;
     let elf = fs::read(blob_path(layout, artifact.elf.native.digest().as_ref()).expect("path")).expect("ELF");
     let refused = |err: &RegistryError| matches!(err, RegistryError::Unpacked { source, .. } if matches!(**source, ArtifactError::Decompressed { .. }));
 
