@@ -415,12 +415,12 @@ impl RegistryClient {
             .collect()
             .await;
         let hashed: HashSet<String> = fetched.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect();
-        // The carried manifest, now cached, must list what the packed one described.
-        cache.structure(digest).map_err(|e| match e {
+        // Materialising reads the whole structure from the cache: there the carried manifest
+        // must list what the packed one described, or the artifact is refused as such.
+        let layout = cache.materialise(digest).map_err(|e| match e {
             CacheError::Artifact(e) => index_op.artifact_error(*e),
             e => RegistryError::from(e),
         })?;
-        let layout = cache.materialise(digest)?;
         verify_fresh_layout(&layout, Some(digest), &hashed).map_err(|e| verify_error(digest, &layout, e, PULL_HINT))
     }
 

@@ -132,14 +132,7 @@ impl Structure {
                 .into());
             }
         };
-        let guest_manifest: ImageManifest = parse_json("guest manifest", &doc(&guest, "guest manifest")?)?;
-        expect("guest manifest artifactType", MT_GUEST, artifact_type(&guest_manifest).as_deref())?;
-        expect("guest manifest config.mediaType", MT_EMPTY, Some(guest_manifest.config().media_type().as_ref()))?;
-        json_size("guest config", guest_manifest.config())?;
-        let [elf] = guest_manifest.layers().as_slice() else {
-            return Err(unexpected("guest manifest layers", "1 entry", guest_manifest.layers().len()).into());
-        };
-        let elf = data_layer(elf, MT_GUEST_ELF, "guest ELF layer", MAX_ELF_BYTES)?;
+        let (guest_config, elf) = guest_parts(&doc(&guest, "guest manifest")?)?;
         Ok(Structure {
             digest: digest.to_string(),
             form,
@@ -147,7 +140,7 @@ impl Structure {
             hyperlight_manifest,
             guest,
             config,
-            guest_config: guest_manifest.config().clone(),
+            guest_config,
             memory,
             transport,
             elf,
@@ -213,14 +206,23 @@ pub fn listed_blobs(snapshot_manifest: &[u8], guest_manifest: &[u8]) -> Result<V
         let (config, memory, transport) = hyperlight_layers(&snapshot, "snapshot manifest")?;
         vec![json("snapshot config", &config)?, memory, transport]
     };
-    let guest: ImageManifest = parse_json("guest manifest", guest_manifest)?;
-    let [elf] = guest.layers().as_slice() else {
-        return Err(unexpected("guest manifest layers", "1 entry", guest.layers().len()));
-    };
-    blobs.push(json("guest config", guest.config())?);
-    blobs.push(data_layer(elf, MT_GUEST_ELF, "guest ELF layer", MAX_ELF_BYTES)?);
+    let (guest_config, elf) = guest_parts(guest_manifest)?;
+    blobs.push(json("guest config", &guest_config)?);
+    blobs.push(elf);
     blobs.sort_by_key(|b| std::cmp::Reverse(b.native.size()));
     Ok(blobs)
+}
+
+/// The guest manifest's config and ELF layer, after checking its types and sizes.
+fn guest_parts(bytes: &[u8]) -> Result<(Descriptor, DataLayer), ArtifactError> {
+    let manifest: ImageManifest = parse_json("guest manifest", bytes)?;
+    expect("guest manifest artifactType", MT_GUEST, artifact_type(&manifest).as_deref())?;
+    expect("guest manifest config.mediaType", MT_EMPTY, Some(manifest.config().media_type().as_ref()))?;
+    json_size("guest config", manifest.config())?;
+    let [elf] = manifest.layers().as_slice() else {
+        return Err(unexpected("guest manifest layers", "1 entry", manifest.layers().len()));
+    };
+    Ok((manifest.config().clone(), data_layer(elf, MT_GUEST_ELF, "guest ELF layer", MAX_ELF_BYTES)?))
 }
 
 /// The compressed descriptor of `native`: media type with [`ZSTD_SUFFIX`], the native
