@@ -225,8 +225,21 @@ async fn knatives_conformance_suites_give_the_documented_results() {
     let runs: Vec<_> = SUITES.iter().map(|s| run_suite(&bins, s, node, &docker_repo, &logs.join(format!("{}.log", s.name)))).collect();
     let outputs: Vec<String> = runs.into_iter().map(|r| r.join().expect("suite thread")).collect();
     eprintln!("suites ran in {:.0?}; logs in {}", started.elapsed(), logs.display());
+    record_lampyr_system(&ly, &logs.join("lampyr-system.txt"));
 
     check_against_docs(&outputs, &logs);
+}
+
+/// Writes Lampyr's own Pods (readiness, restarts, why the last container ended) and the
+/// namespace's events to `path`: what a failed request in the suites' logs is read beside
+/// (a probe that failed, a router that restarted).
+fn record_lampyr_system(ly: &Ly<'_>, path: &Path) {
+    let columns = "custom-columns=POD:.metadata.name,READY:.status.containerStatuses[*].ready,\
+                   RESTARTS:.status.containerStatuses[*].restartCount,LAST-ENDED:.status.containerStatuses[*].lastState.terminated.reason";
+    let pods = ly.kubectl(&["get", "pods", "-n", "lampyr-system", "-o", columns]);
+    let events = ly.kubectl(&["get", "events", "-n", "lampyr-system", "--sort-by=.lastTimestamp"]);
+    let record = format!("{}{}\n{}{}", text(&pods), stderr(&pods), text(&events), stderr(&events));
+    std::fs::write(path, record).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 
 /// Joins the suites' `outputs` with `docs/conformance-reasons.yaml` and checks (or, with
