@@ -285,15 +285,18 @@ async fn an_upgraded_connection_stays_open_while_it_talks_and_closes_once_idle_p
     let (mut stream, head) = raw_request(addr, &ask).await;
     assert!(head.starts_with("http/1.1 101 "), "{head}");
     // Four exchanges 400 ms apart: 1.6 s open in all, never 800 ms without a byte.
+    // The router sees the last byte after the last write starts: its idle clock starts no
+    // earlier than this one.
+    let mut silent = std::time::Instant::now();
     for word in ["one", "two", "three", "four"] {
         tokio::time::sleep(Duration::from_millis(400)).await;
+        silent = std::time::Instant::now();
         stream.write_all(word.as_bytes()).await.expect("still open while it talks");
         let mut echoed = vec![0u8; word.len()];
         stream.read_exact(&mut echoed).await.expect("the answer");
         assert_eq!(echoed, word.to_ascii_uppercase().as_bytes());
     }
     assert_eq!(open.get(), 1, "the open tunnel is counted");
-    let silent = std::time::Instant::now();
     let mut rest = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(0))), "the router closed the idle connection: {read:?}");
