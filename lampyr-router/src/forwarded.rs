@@ -21,6 +21,37 @@ fn node(address: &str) -> String {
     }
 }
 
+/// This hop's proxy headers for the requests of one client connection, made once: a request
+/// that brings none of them gets copies; one that does is extended by [`add`].
+#[derive(Debug)]
+pub struct Hop {
+    peer: IpAddr,
+    proto: &'static str,
+    /// `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` for a request without them.
+    first: [(&'static str, HeaderValue); 3],
+}
+
+impl Hop {
+    /// The headers for requests from `peer` arriving over `proto`.
+    pub fn new(peer: IpAddr, proto: &'static str) -> Self {
+        let mut fresh = HeaderMap::new();
+        add(&mut fresh, peer, proto);
+        let value = |name: &str| fresh.get(name).cloned().unwrap_or_else(|| HeaderValue::from_static(""));
+        let first = [X_FORWARDED_FOR, X_FORWARDED_PROTO, FORWARDED.as_str()].map(|name| (name, value(name)));
+        Hop { peer, proto, first }
+    }
+
+    /// Adds this hop's headers to `headers`, as [`add`] does.
+    pub fn add_to(&self, headers: &mut HeaderMap) {
+        if self.first.iter().any(|(name, _)| headers.contains_key(*name)) {
+            return add(headers, self.peer, self.proto);
+        }
+        for (name, value) in &self.first {
+            headers.insert(*name, value.clone());
+        }
+    }
+}
+
 /// Adds this hop's proxy headers for a request from `peer` that arrived over `proto`.
 pub fn add(headers: &mut HeaderMap, peer: IpAddr, proto: &str) {
     let chain = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()).filter(|v| !v.trim().is_empty()) {
@@ -57,6 +88,24 @@ mod tests {
         assert_eq!(get(&h, X_FORWARDED_FOR), "198.18.0.1");
         assert_eq!(get(&h, X_FORWARDED_PROTO), "http");
         assert_eq!(get(&h, "forwarded"), "for=198.18.0.1;proto=http");
+    }
+
+    #[test]
+    fn a_connections_hop_adds_what_add_adds() {
+        let peer: IpAddr = "198.18.0.1".parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let hop = Hop::new(peer, "https");
+        let given = [(X_FORWARDED_FOR, "203.0.113.7"), (FORWARDED.as_str(), "for=192.0.2.60;proto=http"), (X_FORWARDED_PROTO, "")];
+        let requests = [None, Some(given[0]), Some(given[1]), Some(given[2])];
+        for request in requests {
+            let mut expected = HeaderMap::new();
+            if let Some((name, value)) = request {
+                expected.insert(name, HeaderValue::from_static(value));
+            }
+            let mut actual = expected.clone();
+            add(&mut expected, peer, "https");
+            hop.add_to(&mut actual);
+            assert_eq!(actual, expected, "request bringing {request:?}");
+        }
     }
 
     #[test]

@@ -192,16 +192,21 @@ impl HttpBackend {
     pub(crate) async fn send(&self, outgoing: &Outgoing, deadline: Instant) -> Result<http::Response<Body>, InvokeError> {
         let _in_flight = InFlight::enter(&self.in_flight);
         let req = self.addressed(outgoing)?;
-        let head = req.method() == Method::HEAD;
-        // Dropping the exchange at the deadline closes its connection, so a late
-        // answer never reaches a pooled connection's next request.
-        let resp = match tokio::time::timeout_at(deadline, self.client.request(req)).await {
-            Ok(Ok(resp)) => resp,
-            Ok(Err(e)) => return Err(self.send_error(&e)),
+        // One timer for the head and, for a small answer, its body. Dropping the exchange at
+        // the deadline closes its connection, so a late answer never reaches a pooled
+        // connection's next request.
+        match tokio::time::timeout_at(deadline, self.exchange(outgoing, req)).await {
+            Ok(answer) => answer,
             // Still reading the client's body at the deadline: the client was too slow, not the upstream.
-            Err(_) if outgoing.body_unfinished() => return Err(InvokeError::RequestTimeout),
-            Err(_) => return Err(InvokeError::Timeout),
-        };
+            Err(_) if outgoing.body_unfinished() => Err(InvokeError::RequestTimeout),
+            Err(_) => Err(InvokeError::Timeout),
+        }
+    }
+
+    /// [`HttpBackend::send`]'s exchange, without its deadline.
+    async fn exchange(&self, outgoing: &Outgoing, req: hyper::Request<Lent>) -> Result<http::Response<Body>, InvokeError> {
+        let head = req.method() == Method::HEAD;
+        let resp = self.client.request(req).await.map_err(|e| self.send_error(&e))?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             return self.switch_protocols(outgoing, resp);
         }
@@ -217,8 +222,7 @@ impl HttpBackend {
         if bodiless || declared.is_some_and(|len| len <= BUFFERED_RESPONSE) {
             // A small answer of known length is read whole (as nginx buffers): the client
             // gets head and body in one write, and the upstream connection is free at once.
-            let whole = tokio::time::timeout_at(deadline, incoming.collect()).await.map_err(|_| InvokeError::Timeout)?;
-            let whole = whole.map_err(|e| self.body_error(&e))?.to_bytes();
+            let whole = incoming.collect().await.map_err(|e| self.body_error(&e))?.to_bytes();
             return Ok(http::Response::from_parts(parts, body::full(whole)));
         }
         let body_deadline = Instant::now() + body::STREAM_LIFETIME;

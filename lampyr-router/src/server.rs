@@ -37,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use crate::forwarded::Hop;
 use crate::metrics::{RevisionMetrics, RouterMetrics, revision_labels};
 use crate::table::{HostRoute, RevisionEntry, RouteTable};
 use lampyr_api::networking::IngressVisibility;
@@ -123,12 +124,20 @@ impl Exposure {
 }
 
 /// How one connection reached the router.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Arrival {
-    peer: SocketAddr,
     exposure: Exposure,
     /// Over TLS: `https` in `Forwarded`, and no redirect to HTTPS.
     secure: bool,
+    /// The proxy headers its requests get, made once per connection.
+    hop: Arc<Hop>,
+}
+
+impl Arrival {
+    fn new(peer: SocketAddr, exposure: Exposure, secure: bool) -> Self {
+        let proto = if secure { "https" } else { "http" };
+        Arrival { exposure, secure, hop: Arc::new(Hop::new(peer.ip().to_canonical(), proto)) }
+    }
 }
 
 /// fiber-router: a routing table behind an HTTP server.
@@ -235,10 +244,10 @@ impl Router {
                 },
                 () = &mut shutdown => break,
             };
-            let arrival = Arrival { peer, exposure, secure: tls.is_some() };
+            let arrival = Arrival::new(peer, exposure, tls.is_some());
             let router = Arc::clone(&self);
             let service = hyper::service::service_fn(move |req| {
-                let router = Arc::clone(&router);
+                let (router, arrival) = (Arc::clone(&router), arrival.clone());
                 async move { Ok::<_, std::convert::Infallible>(router.handle_arrival(req, arrival).await) }
             });
             let (builder, watcher, tls) = (Arc::clone(&builder), graceful.watcher(), tls.clone());
@@ -284,7 +293,7 @@ impl Router {
 
     /// Answers one request arriving on a plain-HTTP listener exposing `exposure`.
     pub async fn handle_exposed(&self, req: hyper::Request<Incoming>, peer: SocketAddr, exposure: Exposure) -> Resp {
-        self.handle_arrival(req, Arrival { peer, exposure, secure: false }).await
+        self.handle_arrival(req, Arrival::new(peer, exposure, false)).await
     }
 
     async fn handle_arrival(&self, mut req: hyper::Request<Incoming>, arrival: Arrival) -> Resp {
@@ -295,12 +304,11 @@ impl Router {
         if let Some(hash) = probe_hash(req.headers()).filter(|_| arrival.exposure != Exposure::Admin) {
             return self.probe_answer(&table, request_host(&req), hash);
         }
-        let entry = match self.resolve(&table, &mut req, arrival) {
+        let entry = match self.resolve(&table, &mut req, &arrival) {
             Ok(entry) => entry,
             Err(resp) => return resp,
         };
-        let proto = if arrival.secure { "https" } else { "http" };
-        crate::forwarded::add(req.headers_mut(), arrival.peer.ip().to_canonical(), proto);
+        arrival.hop.add_to(req.headers_mut());
         self.serve_revision(&entry, req).await
     }
 
@@ -335,15 +343,14 @@ impl Router {
 
     // The error is the ready answer itself; it is built once per failed lookup.
     #[allow(clippy::result_large_err)]
-    fn resolve(&self, table: &RouteTable, req: &mut hyper::Request<Incoming>, arrival: Arrival) -> Result<Arc<RevisionEntry>, Resp> {
+    fn resolve(&self, table: &RouteTable, req: &mut hyper::Request<Incoming>, arrival: &Arrival) -> Result<Arc<RevisionEntry>, Resp> {
         let exposure = arrival.exposure;
-        let host = request_host(req).to_string();
-        if let Some(route) = table.host(&host).filter(|r| exposure.serves(r.visibility)) {
+        if let Some(route) = table.host(request_host(req)).filter(|r| exposure.serves(r.visibility)) {
             return self.route_ingress(table, route, req, arrival.secure, true);
         }
-        let headers = req.headers();
+        let (headers, host) = (req.headers(), request_host(req));
         if !exposure.routes_by_headers() {
-            return Err(self.own_endpoint(req.uri().path(), &host, exposure));
+            return Err(self.own_endpoint(req.uri().path(), host, exposure));
         }
         if let (Some(ns), Some(rev)) = (header_str(headers, NAMESPACE_HEADER), header_str(headers, REVISION_HEADER)) {
             return table.revision(ns, rev).cloned().ok_or_else(|| {
@@ -351,7 +358,7 @@ impl Router {
                 text(StatusCode::NOT_FOUND, &format!("revision {ns}/{rev} is not served here\n"))
             });
         }
-        Err(self.own_endpoint(req.uri().path(), &host, exposure))
+        Err(self.own_endpoint(req.uri().path(), host, exposure))
     }
 
     /// Routes by a KIngress rule: path, split, headers, host rewrite. A path
@@ -434,7 +441,11 @@ impl Router {
         let resp = if let Err(too_large) = body::refuse_declared_over(req.headers(), max) {
             error_response(&too_large)
         } else {
-            let req = req.map(|incoming| body::bounded(body::boxed(incoming), max, deadline));
+            // A request without a body (most) needs no limits on it, nor their timer.
+            let req = req.map(|incoming| match hyper::body::Body::is_end_stream(&incoming) {
+                true => body::empty(),
+                false => body::bounded(body::boxed(incoming), max, deadline),
+            });
             match entry.backend.invoke(req, deadline).await {
                 Ok(resp) => match entry.policy.timeouts.idle {
                     Some(idle) => resp.map(|body| body::idle_bounded(body, idle)),

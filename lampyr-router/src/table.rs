@@ -122,7 +122,8 @@ pub struct SplitRoute {
 /// Everything the router can route to; replaced whole on every change.
 #[derive(Clone, Default)]
 pub struct RouteTable {
-    revisions: HashMap<(String, String), Arc<RevisionEntry>>,
+    /// By namespace, then name: a request's lookup borrows both.
+    revisions: HashMap<String, HashMap<String, Arc<RevisionEntry>>>,
     hosts: HashMap<String, Arc<HostRoute>>,
     certificates: Certificates,
 }
@@ -130,17 +131,17 @@ pub struct RouteTable {
 impl RouteTable {
     /// Adds or replaces a Revision.
     pub fn insert_revision(&mut self, entry: RevisionEntry) {
-        self.revisions.insert((entry.namespace.clone(), entry.name.clone()), Arc::new(entry));
+        self.revisions.entry(entry.namespace.clone()).or_default().insert(entry.name.clone(), Arc::new(entry));
     }
 
     /// The Revision `namespace/name`.
     pub fn revision(&self, namespace: &str, name: &str) -> Option<&Arc<RevisionEntry>> {
-        self.revisions.get(&(namespace.to_string(), name.to_string()))
+        self.revisions.get(namespace)?.get(name)
     }
 
     /// Every Revision.
     pub fn revisions(&self) -> impl Iterator<Item = &Arc<RevisionEntry>> {
-        self.revisions.values()
+        self.revisions.values().flat_map(HashMap::values)
     }
 
     /// Routes requests for `host` (a DNS name, no port; matched without regard
