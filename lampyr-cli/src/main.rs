@@ -5,6 +5,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use lampyr_cli::{Cli, Ui, run};
 
+/// mimalloc: a request's many small allocations (hyper's futures, headers, bodies) took about
+/// a fifth of fiber-router's CPU under glibc's allocator (`benches/benches/router.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()

@@ -14,6 +14,11 @@ use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::ScalerConfig;
 use tokio::net::TcpListener;
 
+/// mimalloc: a request's many small allocations (hyper's futures, headers, bodies) took about
+/// a fifth of fiber-router's CPU under glibc's allocator (`benches/benches/router.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// fiberd: serves the fibers of the Homes of its CapacityGrants.
 #[derive(Parser, Debug)]
 #[command(name = "fiberd", version, about)]
