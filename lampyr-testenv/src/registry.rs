@@ -14,9 +14,17 @@ const BINARY: &str = "/usr/bin/docker-registry";
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 const START_ATTEMPTS: usize = 3;
 
+/// A new registry's directory (storage, configuration, log): removed on drop, or at exit
+/// when the registry is held by a `static`.
+fn registry_dir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
+    crate::shared::remove_at_exit(dir.path().to_path_buf());
+    dir
+}
+
 /// A running `docker-registry` serving plain HTTP on `127.0.0.1:PORT` (or on a node's
 /// address, [`TestRegistry::start_in`]; or HTTPS behind a login, [`TestRegistry::start_secured`]); killed on drop, and by the kernel when the test
-/// process ends (a registry in a `static` is never dropped).
+/// process ends (a registry in a `static` is never dropped; its directory is removed at exit).
 pub struct TestRegistry {
     child: Process,
     addr: SocketAddr,
@@ -31,7 +39,7 @@ impl TestRegistry {
         assert!(Path::new(BINARY).is_file(), "docker-registry not found: run scripts/setup (installs Debian's docker-registry)");
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
-            let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
+            let dir = registry_dir();
             let addr = free_loopback_addr();
             let child = spawn(dir.path(), addr, None);
             let mut registry = TestRegistry { child, addr, dir };
@@ -52,7 +60,7 @@ impl TestRegistry {
     /// Panics, with the registry's log, when it cannot be started.
     pub fn start_secured(certificate: &crate::tls::ServingCertificate, user: &str, password: &str) -> Self {
         assert!(Path::new(BINARY).is_file(), "docker-registry not found: run scripts/setup (installs Debian's docker-registry)");
-        let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
+        let dir = registry_dir();
         let hash = bcrypt::hash_with_result(password, 5).expect("a bcrypt hash").format_for_version(bcrypt::Version::TwoY);
         let (htpasswd, cert, key) = (dir.path().join("htpasswd"), dir.path().join("tls.crt"), dir.path().join("tls.key"));
         fs::write(&htpasswd, format!("{user}:{hash}\n")).expect("write htpasswd");
@@ -92,7 +100,7 @@ impl TestRegistry {
     /// Panics with the registry's log when it cannot be started.
     pub fn start_in(placement: &Placement, port: u16) -> Self {
         assert!(Path::new(BINARY).is_file(), "docker-registry not found: run scripts/setup (installs Debian's docker-registry)");
-        let dir = tempfile::Builder::new().prefix("lampyr-registry-").tempdir().expect("registry temp dir");
+        let dir = registry_dir();
         let addr = SocketAddr::new(placement.address, port);
         let child = spawn(dir.path(), addr, Some(placement));
         let mut registry = TestRegistry { child, addr, dir };
