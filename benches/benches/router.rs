@@ -64,22 +64,29 @@ fn main() {
     let router = router_rt.block_on(serve_router(backend));
     let nginx = Nginx::start(&nginx_bin, backend);
 
-    let targets = [("direct (backend alone)", backend), (nginx.version.as_str(), nginx.addr), ("fiber-router", router)];
+    // Each target's CPU: the backend's threads alone, nginx's processes, the router's threads.
+    let targets = [
+        ("direct (backend alone)", backend, CpuOwner::Threads("bench-backend")),
+        (nginx.version.as_str(), nginx.addr, CpuOwner::ProcessTree(nginx.child.id())),
+        ("fiber-router", router, CpuOwner::Threads("bench-router")),
+    ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut errors = false;
     for connections in WRK_CONNECTIONS {
         let mut results = Vec::new();
-        for (name, addr) in targets {
-            run_wrk(&wrk, addr, WARMUP_SECONDS, connections);
-            results.push((format!("{name}, {connections} conns"), run_wrk(&wrk, addr, seconds, connections)));
+        for (name, addr, owner) in &targets {
+            run_wrk(&wrk, *addr, WARMUP_SECONDS, connections);
+            let before = owner.seconds();
+            let mut result = run_wrk(&wrk, *addr, seconds, connections);
+            result.cpu_per_request = Duration::from_secs_f64((owner.seconds() - before).max(0.0) / result.requests.max(1) as f64);
+            results.push((format!("{name}, {connections} conns"), result));
         }
         errors |= results.iter().any(|(_, r)| r.errors > 0);
         let [direct, nginx, router] = [&results[0].1, &results[1].1, &results[2].1];
-        rows.extend(
-            results.iter().map(|(name, r)| {
-                vec![name.clone(), fmt_duration(r.p50), fmt_duration(r.p99), format!("{:.0}", r.rps), r.errors.to_string()]
-            }),
-        );
+        rows.extend(results.iter().map(|(name, r)| {
+            let cpu = fmt_duration(r.cpu_per_request);
+            vec![name.clone(), fmt_duration(r.p50), fmt_duration(r.p99), format!("{:.0}", r.rps), cpu, r.errors.to_string()]
+        }));
         rows.push(ratio_row(&format!("fiber-router ÷ nginx, {connections} conns"), router, nginx));
         rows.push(ratio_row(&format!("fiber-router ÷ direct, {connections} conns"), router, direct));
         rows.push(ratio_row(&format!("nginx ÷ direct, {connections} conns"), nginx, direct));
@@ -89,13 +96,15 @@ fn main() {
     backend_rt.shutdown_background();
 
     println!("\nLampyr fiber-router vs nginx as a reverse proxy to one plain HTTP/1.1 backend\n");
-    print!("{}", render(&["target", "p50", "p99", "req/s", "errors"], &rows));
+    print!("{}", render(&["target", "p50", "p99", "req/s", "CPU per request", "errors"], &rows));
     println!(
         "\nwrk -t{WRK_THREADS} -c{{{}}} -d{seconds}s --latency -H 'Host: {HOST}' against each target in turn \
          (after a {WARMUP_SECONDS} s unmeasured warm-up);\nbackend: hyper HTTP/1.1 answering 200 \"hello\\n\" on {WORKERS} tokio \
          worker thread; fiber-router: {WORKERS} tokio worker thread, HttpBackend with a keep-alive pool, bodies streamed;\nnginx: \
          worker_processes {WORKERS} (plus its master), proxy_http_version 1.1 with an upstream keepalive pool of 64, access log off.\n\
-         Ratios: latency ÷ is slower-by (lower is better), req/s ÷ is throughput share (higher is better).\n\
+         CPU per request: user + system time of the target's own threads or processes (the backend's for direct, \
+         not the backend's for the proxies) during the measured run, ÷ requests served.\n\
+         Ratios: latency and CPU ÷ is slower-by (lower is better), req/s ÷ is throughput share (higher is better).\n\
          Client, proxy and backend share the machine's {} cores: these are relative figures, not capacity.\n\
          SPECIFICATION.md target: fiber-router no slower than nginx at p50 and p99 (fiber-router ÷ nginx ≤ 1.00× on both).",
         WRK_CONNECTIONS.map(|c| c.to_string()).join(","),
@@ -301,6 +310,10 @@ struct WrkResult {
     p50: Duration,
     p99: Duration,
     rps: f64,
+    /// Requests completed in the run.
+    requests: u64,
+    /// The target's CPU time per request (set by the caller, which knows the target).
+    cpu_per_request: Duration,
     /// Socket errors plus non-2xx/3xx answers.
     errors: u64,
 }
@@ -321,6 +334,7 @@ fn parse_wrk(text: &str) -> Option<WrkResult> {
     let mut p50 = None;
     let mut p99 = None;
     let mut rps = None;
+    let mut requests = None;
     let mut errors = 0;
     for line in text.lines().map(str::trim) {
         let mut words = line.split_whitespace();
@@ -329,6 +343,8 @@ fn parse_wrk(text: &str) -> Option<WrkResult> {
             "50%" => p50 = parse_wrk_time(words.next()?),
             "99%" => p99 = parse_wrk_time(words.next()?),
             "Requests/sec:" => rps = words.next()?.parse().ok(),
+            // "123456 requests in 10.00s, 10.59MB read"
+            count if line.contains(" requests in ") => requests = count.parse().ok(),
             "Non-2xx" => errors += line.rsplit(' ').next()?.parse::<u64>().ok()?,
             // "Socket errors: connect 0, read 0, write 0, timeout 0"
             "Socket" => {
@@ -337,7 +353,7 @@ fn parse_wrk(text: &str) -> Option<WrkResult> {
             _ => {}
         }
     }
-    Some(WrkResult { p50: p50?, p99: p99?, rps: rps?, errors })
+    Some(WrkResult { p50: p50?, p99: p99?, rps: rps?, requests: requests?, cpu_per_request: Duration::ZERO, errors })
 }
 
 /// wrk's times: `812.00us`, `1.20ms`, `2.01s`, `1.50m`.
@@ -362,8 +378,58 @@ fn ratio_row(what: &str, a: &WrkResult, b: &WrkResult) -> Vec<String> {
         ratio(a.p50.as_secs_f64(), b.p50.as_secs_f64()),
         ratio(a.p99.as_secs_f64(), b.p99.as_secs_f64()),
         ratio(a.rps, b.rps),
+        ratio(a.cpu_per_request.as_secs_f64(), b.cpu_per_request.as_secs_f64()),
         "-".into(),
     ]
+}
+
+/// Whose CPU time a target's requests cost.
+enum CpuOwner {
+    /// This process's threads of that name (a tokio runtime's workers and blocking threads).
+    Threads(&'static str),
+    /// A process and its children (nginx's master and workers).
+    ProcessTree(u32),
+}
+
+impl CpuOwner {
+    /// User + system CPU seconds used so far.
+    fn seconds(&self) -> f64 {
+        let ticks: u64 = match self {
+            CpuOwner::Threads(name) => std::fs::read_dir("/proc/self/task")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == *name))
+                .map(|task| stat_ticks(&task.path().join("stat")))
+                .sum(),
+            CpuOwner::ProcessTree(pid) => {
+                let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+                std::iter::once(*pid)
+                    .chain(children.split_whitespace().filter_map(|c| c.parse().ok()))
+                    .map(|p| stat_ticks(Path::new(&format!("/proc/{p}/stat"))))
+                    .sum()
+            }
+        };
+        ticks as f64 / clock_ticks_per_second()
+    }
+}
+
+/// `utime + stime` of a `/proc/…/stat` file, in clock ticks (0 when it cannot be read).
+fn stat_ticks(path: &Path) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // The fields after the command name (in parentheses, maybe with spaces) start at the
+    // third, `state`: utime and stime, the 14th and 15th, are the 12th and 13th of them.
+    let fields: Vec<&str> = text.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    fields.get(11..13).map_or(0, |times| times.iter().filter_map(|t| t.parse::<u64>().ok()).sum())
+}
+
+/// `getconf CLK_TCK` (the unit of `/proc`'s CPU times), 100 when it cannot be asked.
+fn clock_ticks_per_second() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        let out = Command::new("getconf").arg("CLK_TCK").output().ok();
+        out.and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).unwrap_or(100.0)
+    })
 }
 
 /// An aligned table of any width (the shared [`Table`] has fixed columns).
