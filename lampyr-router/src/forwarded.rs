@@ -27,8 +27,9 @@ fn node(address: &str) -> String {
 pub struct Hop {
     peer: IpAddr,
     proto: &'static str,
-    /// `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` for a request without them.
-    first: [(&'static str, HeaderValue); 3],
+    /// `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` for a request without them
+    /// (each as [`add`] makes it; one it could not make is left out, as `add` leaves it).
+    first: Vec<(&'static str, HeaderValue)>,
 }
 
 impl Hop {
@@ -36,8 +37,10 @@ impl Hop {
     pub fn new(peer: IpAddr, proto: &'static str) -> Self {
         let mut fresh = HeaderMap::new();
         add(&mut fresh, peer, proto);
-        let value = |name: &str| fresh.get(name).cloned().unwrap_or_else(|| HeaderValue::from_static(""));
-        let first = [X_FORWARDED_FOR, X_FORWARDED_PROTO, FORWARDED.as_str()].map(|name| (name, value(name)));
+        let first = [X_FORWARDED_FOR, X_FORWARDED_PROTO, FORWARDED.as_str()]
+            .into_iter()
+            .filter_map(|name| Some((name, fresh.get(name)?.clone())))
+            .collect();
         Hop { peer, proto, first }
     }
 

@@ -442,9 +442,12 @@ impl Router {
             error_response(&too_large)
         } else {
             // A request without a body (most) needs no limits on it, nor their timer.
-            let req = req.map(|incoming| match hyper::body::Body::is_end_stream(&incoming) {
-                true => body::empty(),
-                false => body::bounded(body::boxed(incoming), max, deadline),
+            let req = req.map(|incoming| {
+                if hyper::body::Body::is_end_stream(&incoming) {
+                    body::empty()
+                } else {
+                    body::bounded(body::boxed(incoming), max, deadline)
+                }
             });
             match entry.backend.invoke(req, deadline).await {
                 Ok(resp) => match entry.policy.timeouts.idle {
