@@ -28,7 +28,8 @@ use lampyr_fiber::{FiberPool, LocalBackend, PoolConfig, Template};
 use lampyr_router::metrics::RouterMetrics;
 use lampyr_router::route::{self, RouteOptions, ServiceTraffic};
 use lampyr_router::{
-    Backend, FiberdBackend, FiberdConfig, HttpBackend, HttpLimits, Instance, RevisionEntry, RouteTable, Router, RouterConfig, ScalerConfig,
+    Backend, Exposure, FiberdBackend, FiberdConfig, HttpBackend, HttpLimits, Instance, Listen, RevisionEntry, RouteTable, Router,
+    RouterConfig, ScalerConfig, Workers,
 };
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -60,8 +61,13 @@ fn main() {
 
     let backend_rt = runtime("backend", WORKERS);
     let backend = backend_rt.block_on(serve_hello());
-    let router_rt = runtime("router", WORKERS);
-    let router = router_rt.block_on(serve_router(backend));
+    // fiber-router as its binary serves (serving threads), and on a tokio multi-thread runtime
+    // as it served before (the baseline of that change).
+    let workers = Workers::start(&routing_to(backend), &[Listen::plain(loopback(), Exposure::All)], WORKERS, "bench-router")
+        .expect("serving threads");
+    let router = workers.local_addrs()[0];
+    let multi_rt = runtime("router-mt", WORKERS);
+    let router_multi = multi_rt.block_on(serve_here(routing_to(backend)));
     let nginx = Nginx::start(&nginx_bin, backend);
 
     // Each target's CPU: the backend's threads alone, nginx's processes, the router's threads.
@@ -69,6 +75,7 @@ fn main() {
         ("direct (backend alone)", backend, CpuOwner::Threads("bench-backend")),
         (nginx.version.as_str(), nginx.addr, CpuOwner::ProcessTree(nginx.child.id())),
         ("fiber-router", router, CpuOwner::Threads("bench-router")),
+        ("fiber-router, multi-thread runtime", router_multi, CpuOwner::Threads("bench-router-mt")),
     ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut errors = false;
@@ -82,17 +89,19 @@ fn main() {
             results.push((format!("{name}, {connections} conns"), result));
         }
         errors |= results.iter().any(|(_, r)| r.errors > 0);
-        let [direct, nginx, router] = [&results[0].1, &results[1].1, &results[2].1];
+        let [direct, nginx, router, router_multi] = [&results[0].1, &results[1].1, &results[2].1, &results[3].1];
         rows.extend(results.iter().map(|(name, r)| {
             let cpu = fmt_duration(r.cpu_per_request);
             vec![name.clone(), fmt_duration(r.p50), fmt_duration(r.p99), format!("{:.0}", r.rps), cpu, r.errors.to_string()]
         }));
         rows.push(ratio_row(&format!("fiber-router ÷ nginx, {connections} conns"), router, nginx));
         rows.push(ratio_row(&format!("fiber-router ÷ direct, {connections} conns"), router, direct));
+        rows.push(ratio_row(&format!("serving thread ÷ multi-thread runtime, {connections} conns"), router, router_multi));
         rows.push(ratio_row(&format!("nginx ÷ direct, {connections} conns"), nginx, direct));
     }
     drop(nginx);
-    router_rt.shutdown_background();
+    multi_rt.shutdown_background();
+    drop(workers);
     backend_rt.shutdown_background();
 
     println!("\nLampyr fiber-router vs nginx as a reverse proxy to one plain HTTP/1.1 backend\n");
@@ -100,7 +109,9 @@ fn main() {
     println!(
         "\nwrk -t{WRK_THREADS} -c{{{}}} -d{seconds}s --latency -H 'Host: {HOST}' against each target in turn \
          (after a {WARMUP_SECONDS} s unmeasured warm-up);\nbackend: hyper HTTP/1.1 answering 200 \"hello\\n\" on {WORKERS} tokio \
-         worker thread; fiber-router: {WORKERS} tokio worker thread, HttpBackend with a keep-alive pool, bodies streamed;\nnginx: \
+         worker thread; fiber-router: {WORKERS} serving thread (a current-thread runtime on its own SO_REUSEPORT socket, as the \
+         binary serves), HttpBackend with a keep-alive pool, bodies streamed;\nthe multi-thread row: the same router on a tokio \
+         multi-thread runtime of {WORKERS} worker (how it served before);\nnginx: \
          worker_processes {WORKERS} (plus its master), proxy_http_version 1.1 with an upstream keepalive pool of 64, access log off.\n\
          CPU per request: user + system time of the target's own threads or processes (the backend's for direct, \
          not the backend's for the proxies) during the measured run, ÷ requests served.\n\
@@ -157,22 +168,37 @@ fn policy(initial_scale: u32) -> FiberPolicy {
     }
 }
 
-/// Starts a router serving Service `bench` from `backend` on a loopback port.
-async fn start_router(policy: FiberPolicy, backend: Arc<dyn Backend>) -> SocketAddr {
+/// A router routing Service `bench` to `backend`.
+fn router_for(policy: FiberPolicy, backend: Arc<dyn Backend>) -> Arc<Router> {
     let mut table = RouteTable::default();
     table.insert_revision(RevisionEntry::new("default", "bench-00001", policy, backend));
     route::program(&mut table, &ServiceTraffic::single("default", "bench", "bench-00001"), &RouteOptions::default()).expect("a new host");
     let router = Router::new(RouterConfig::default(), Registry::default());
     router.set_table(table);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind router");
+    router
+}
+
+/// Starts a router serving Service `bench` from `backend` on a loopback port, on this runtime.
+async fn start_router(policy: FiberPolicy, backend: Arc<dyn Backend>) -> SocketAddr {
+    serve_here(router_for(policy, backend)).await
+}
+
+/// Serves `router` on a loopback port, on this runtime.
+async fn serve_here(router: Arc<Router>) -> SocketAddr {
+    let listener = TcpListener::bind(loopback()).await.expect("bind router");
     let addr = listener.local_addr().expect("router addr");
     tokio::spawn(router.serve(listener, std::future::pending()));
     addr
 }
 
-async fn serve_router(backend: SocketAddr) -> SocketAddr {
-    let http = Arc::new(HttpBackend::new(backend, 1024 * 1024, HttpLimits::default()));
-    start_router(policy(1), http).await
+/// A router forwarding Service `bench` to the plain HTTP server at `backend`.
+fn routing_to(backend: SocketAddr) -> Arc<Router> {
+    router_for(policy(1), Arc::new(HttpBackend::new(backend, 1024 * 1024, HttpLimits::default())))
+}
+
+/// Any free loopback port.
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
 // ---------- nginx ----------

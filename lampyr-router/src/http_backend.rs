@@ -1,5 +1,6 @@
 //! A Revision served by an upstream HTTP/1.1 server (a plain container, or a
-//! fiberd instance in a cluster), reached through a pooled keep-alive client.
+//! fiberd instance in a cluster), reached through pooled keep-alive connections
+//! (one pool per thread that sends, so a connection stays on the thread that uses it).
 //!
 //! The upstream speaks HTTP/1.1, or HTTP/2 with prior knowledge (h2c) when
 //! built with [`HttpBackend::speaking`]. [`crate::FiberdBackend`] forwards through
@@ -39,6 +40,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lampyr_abi::DecodeError;
 use prometheus_client::metrics::gauge::Gauge;
+use thread_local::ThreadLocal;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
@@ -92,12 +94,39 @@ impl Default for HttpLimits {
     }
 }
 
+/// How an [`HttpBackend`]'s connection pools connect and keep connections.
+#[derive(Clone, Copy, Debug)]
+struct PoolSettings {
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    max_idle: usize,
+    http2: bool,
+}
+
+impl PoolSettings {
+    /// A pooled client; its connections' tasks run on the runtime of the thread that connects.
+    fn client(self) -> Client<HttpConnector, Lent> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(self.connect_timeout));
+        connector.enforce_http(true);
+        Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(self.idle_timeout)
+            .pool_max_idle_per_host(self.max_idle)
+            .http2_only(self.http2)
+            .build(connector)
+    }
+}
+
 /// Forwards a Revision's requests to one upstream HTTP/1.1 (or h2c) server.
 pub struct HttpBackend {
     upstream: SocketAddr,
     authority: Authority,
-    client: Client<HttpConnector, Lent>,
-    http2: bool,
+    /// One pool per thread that sends, so a pooled connection's task lives on the thread
+    /// that uses it ([`crate::workers`]); built on a thread's first request.
+    clients: ThreadLocal<Client<HttpConnector, Lent>>,
+    pool: PoolSettings,
     max_request_body: u64,
     max_response_body: u64,
     connect_attempts: u32,
@@ -117,22 +146,18 @@ impl HttpBackend {
     /// knowledge (the upstream must accept h2c without an upgrade) and requests
     /// share multiplexed connections.
     pub fn speaking(upstream: SocketAddr, max_request_body: u64, limits: HttpLimits, http2: bool) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(limits.connect_timeout));
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(limits.pool_idle_timeout)
-            .pool_max_idle_per_host(limits.pool_max_idle)
-            .http2_only(http2)
-            .build(connector);
+        let pool = PoolSettings {
+            connect_timeout: limits.connect_timeout,
+            idle_timeout: limits.pool_idle_timeout,
+            max_idle: limits.pool_max_idle,
+            http2,
+        };
         let authority = Authority::try_from(upstream.to_string()).expect("a socket address is a valid authority");
         HttpBackend {
             upstream,
             authority,
-            client,
-            http2,
+            clients: ThreadLocal::new(),
+            pool,
             max_request_body,
             max_response_body: limits.max_response_body,
             connect_attempts: limits.connect_attempts.max(1),
@@ -142,6 +167,11 @@ impl HttpBackend {
         }
     }
 
+    /// This thread's connection pool to the upstream.
+    fn client(&self) -> &Client<HttpConnector, Lent> {
+        self.clients.get_or(|| self.pool.client())
+    }
+
     /// The upstream address.
     pub fn upstream(&self) -> SocketAddr {
         self.upstream
@@ -149,7 +179,7 @@ impl HttpBackend {
 
     /// Whether requests go out as HTTP/2 cleartext.
     pub fn is_h2c(&self) -> bool {
-        self.http2
+        self.pool.http2
     }
 
     /// Requests in flight to this upstream.
@@ -177,7 +207,7 @@ impl HttpBackend {
         *out.method_mut() = outgoing.head.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = outgoing.head.headers.clone();
-        if self.http2 {
+        if self.pool.http2 {
             // HTTP/2 has no connection-specific fields, and no Upgrade.
             strip_hop_by_hop(out.headers_mut());
         }
@@ -206,7 +236,7 @@ impl HttpBackend {
     /// [`HttpBackend::send`]'s exchange, without its deadline.
     async fn exchange(&self, outgoing: &Outgoing, req: hyper::Request<Lent>) -> Result<http::Response<Body>, InvokeError> {
         let head = req.method() == Method::HEAD;
-        let resp = self.client.request(req).await.map_err(|e| self.send_error(&e))?;
+        let resp = self.client().request(req).await.map_err(|e| self.send_error(&e))?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             return self.switch_protocols(outgoing, resp);
         }

@@ -27,6 +27,7 @@ pub mod service_backend;
 pub mod services;
 pub mod table;
 pub mod tls;
+pub mod workers;
 
 pub use backend::{Backend, BackendStats};
 pub use body::Body;
@@ -39,3 +40,4 @@ pub use scaler::{Scaler, ScalerConfig};
 pub use server::{Exposure, Router, RouterConfig};
 pub use service_backend::ServiceBackend;
 pub use table::{HostRoute, PathRoute, RevisionEntry, RouteTable, SplitRoute};
+pub use workers::{Listen, Workers, WorkersError};

@@ -10,9 +10,8 @@ use std::time::Duration;
 use clap::Parser;
 use lampyr_process::{kube_client, shutdown_signal};
 use lampyr_router::peers::Peers;
-use lampyr_router::{ClusterConfig, ClusterRoutes, Exposure, FiberdConfig, HttpLimits, Router, RouterConfig};
+use lampyr_router::{ClusterConfig, ClusterRoutes, Exposure, FiberdConfig, HttpLimits, Listen, Router, RouterConfig, Workers};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 
 /// mimalloc: a request's many small allocations (hyper's futures, headers, bodies) took about
 /// a fifth of fiber-router's CPU under glibc's allocator (`benches/benches/router.rs`).
@@ -70,6 +69,10 @@ struct Args {
     /// Unset: this process is the only router.
     #[arg(long, value_parser = peers)]
     peers: Option<Peers>,
+    /// Threads serving requests, each with its own socket of every listener and its own
+    /// upstream connections; by default one per CPU the process may use.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    serving_threads: Option<u16>,
 }
 
 /// Parses `NAMESPACE/NAME/PORT-NAME`.
@@ -109,35 +112,20 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!("listing Homes and KIngresses");
     routes.synced().await;
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let mut servers = Vec::new();
-    let mut listeners = vec![(args.listen, Some(Exposure::Internal)), (args.listen_admin, Some(Exposure::Admin))];
-    listeners.extend(args.listen_public.map(|a| (a, Some(Exposure::Public))));
-    // None: the HTTPS listener (public).
-    listeners.extend(args.listen_tls.map(|a| (a, None)));
-    for (addr, exposure) in listeners {
-        let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        let local = listener.local_addr().map_err(|e| format!("reading the address of {addr}: {e}"))?;
-        tracing::info!(address = %local, exposure = ?exposure.unwrap_or(Exposure::Public), tls = exposure.is_none(), "serving");
-        let router = std::sync::Arc::clone(&router);
-        let stopped = stopped(stop_rx.clone());
-        servers.push(match exposure {
-            Some(exposure) => tokio::spawn(router.serve_exposed(listener, exposure, stopped)),
-            None => {
-                let tls = lampyr_router::tls::server_config(std::sync::Arc::clone(&router)).map_err(|e| format!("setting up TLS: {e}"))?;
-                tokio::spawn(router.serve_tls(listener, tls, stopped))
-            }
-        });
+    let mut listens = vec![Listen::plain(args.listen, Exposure::Internal), Listen::plain(args.listen_admin, Exposure::Admin)];
+    listens.extend(args.listen_public.map(|a| Listen::plain(a, Exposure::Public)));
+    if let Some(addr) = args.listen_tls {
+        let tls = lampyr_router::tls::server_config(std::sync::Arc::clone(&router)).map_err(|e| format!("setting up TLS: {e}"))?;
+        listens.push(Listen { addr, exposure: Exposure::Public, tls: Some(tls) });
+    }
+    let threads = args.serving_threads.map(usize::from).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let workers = Workers::start(&router, &listens, threads, "serving").map_err(|e| e.to_string())?;
+    for (listen, address) in listens.iter().zip(workers.local_addrs()) {
+        tracing::info!(%address, exposure = ?listen.exposure, tls = listen.tls.is_some(), threads, "serving");
     }
     shutdown_signal().await;
     tracing::info!("shutting down: draining requests in flight");
-    stop_tx.send_replace(true);
-    for server in servers {
-        let _ = server.await;
-    }
+    workers.stop().await;
     drop(routes);
     Ok(())
 }
