@@ -111,7 +111,7 @@ fn main() {
          (after a {WARMUP_SECONDS} s unmeasured warm-up);\nbackend: hyper HTTP/1.1 answering 200 \"hello\\n\" on {WORKERS} tokio \
          worker thread; fiber-router: {WORKERS} serving thread (a current-thread runtime on its own SO_REUSEPORT socket, as the \
          binary serves), HttpBackend with a keep-alive pool, bodies streamed;\nthe multi-thread row: the same router on a tokio \
-         multi-thread runtime of {WORKERS} worker (how it served before);\nnginx: \
+         multi-thread runtime of {WORKERS} worker (how fiberd and `ly run` serve, and fiber-router did);\nnginx: \
          worker_processes {WORKERS} (plus its master), proxy_http_version 1.1 with an upstream keepalive pool of 64, access log off.\n\
          CPU per request: user + system time of the target's own threads or processes (the backend's for direct, \
          not the backend's for the proxies) during the measured run, ÷ requests served.\n\

@@ -30,22 +30,20 @@ use std::time::Duration;
 use crate::InvokeError;
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderName, HeaderValue, UPGRADE};
-use http::uri::{Authority, Scheme};
+use http::uri::{self, Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, StatusCode, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::upgrade::OnUpgrade;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use lampyr_abi::DecodeError;
 use prometheus_client::metrics::gauge::Gauge;
-use thread_local::ThreadLocal;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendStats, BoxFuture};
 use crate::body::{self, Body, BodyError, DeadlinePassed, TooLarge, caused_by};
+use crate::upstream_pool::{Leased, PoolSettings, SendError, UpstreamPool};
 
 /// Responses of at most this many bytes, declared by `Content-Length`, are read whole
 /// before they are answered; longer or undeclared ones stream.
@@ -94,39 +92,13 @@ impl Default for HttpLimits {
     }
 }
 
-/// How an [`HttpBackend`]'s connection pools connect and keep connections.
-#[derive(Clone, Copy, Debug)]
-struct PoolSettings {
-    connect_timeout: Duration,
-    idle_timeout: Duration,
-    max_idle: usize,
-    http2: bool,
-}
-
-impl PoolSettings {
-    /// A pooled client; its connections' tasks run on the runtime of the thread that connects.
-    fn client(self) -> Client<HttpConnector, Lent> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(self.connect_timeout));
-        connector.enforce_http(true);
-        Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(self.idle_timeout)
-            .pool_max_idle_per_host(self.max_idle)
-            .http2_only(self.http2)
-            .build(connector)
-    }
-}
-
 /// Forwards a Revision's requests to one upstream HTTP/1.1 (or h2c) server.
 pub struct HttpBackend {
     upstream: SocketAddr,
     authority: Authority,
-    /// One pool per thread that sends, so a pooled connection's task lives on the thread
-    /// that uses it ([`crate::workers`]); built on a thread's first request.
-    clients: ThreadLocal<Client<HttpConnector, Lent>>,
-    pool: PoolSettings,
+    /// Pooled per thread that sends, so a connection's task lives on the thread that uses
+    /// it ([`crate::workers`]).
+    pool: UpstreamPool,
     max_request_body: u64,
     max_response_body: u64,
     connect_attempts: u32,
@@ -156,8 +128,7 @@ impl HttpBackend {
         HttpBackend {
             upstream,
             authority,
-            clients: ThreadLocal::new(),
-            pool,
+            pool: UpstreamPool::new(upstream, pool),
             max_request_body,
             max_response_body: limits.max_response_body,
             connect_attempts: limits.connect_attempts.max(1),
@@ -167,11 +138,6 @@ impl HttpBackend {
         }
     }
 
-    /// This thread's connection pool to the upstream.
-    fn client(&self) -> &Client<HttpConnector, Lent> {
-        self.clients.get_or(|| self.pool.client())
-    }
-
     /// The upstream address.
     pub fn upstream(&self) -> SocketAddr {
         self.upstream
@@ -179,7 +145,7 @@ impl HttpBackend {
 
     /// Whether requests go out as HTTP/2 cleartext.
     pub fn is_h2c(&self) -> bool {
-        self.pool.http2
+        self.pool.is_h2c()
     }
 
     /// Requests in flight to this upstream.
@@ -196,20 +162,27 @@ impl HttpBackend {
     /// The request for this backend's upstream: `outgoing`'s head aimed at its
     /// address, and a body that goes back to `outgoing` if it is never read.
     fn addressed(&self, outgoing: &Outgoing) -> Result<hyper::Request<Lent>, InvokeError> {
-        let target = outgoing.head.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let uri = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(self.authority.clone())
-            .path_and_query(target)
-            .build()
-            .map_err(|e| unforwardable(format!("invalid request target {target:?}: {e}")))?;
+        let target = outgoing.head.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let mut uri = uri::Parts::default();
+        if self.pool.is_h2c() {
+            // HTTP/2 names the upstream in its pseudo-headers; HTTP/1.1 sends the origin form
+            // (an absolute target would override the Host the client sent).
+            uri.scheme = Some(Scheme::HTTP);
+            uri.authority = Some(self.authority.clone());
+        }
+        uri.path_and_query = Some(target);
+        let uri = Uri::from_parts(uri).map_err(|e| unforwardable(format!("invalid request target: {e}")))?;
         let mut out = hyper::Request::new(outgoing.lend()?);
         *out.method_mut() = outgoing.head.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = outgoing.head.headers.clone();
-        if self.pool.http2 {
+        if self.pool.is_h2c() {
             // HTTP/2 has no connection-specific fields, and no Upgrade.
             strip_hop_by_hop(out.headers_mut());
+        } else if !out.headers().contains_key(HOST) {
+            // HTTP/1.1 requires a Host: a client that sent none gets the upstream's.
+            let host = HeaderValue::from_str(self.authority.as_str()).map_err(|e| unforwardable(format!("upstream authority: {e}")))?;
+            out.headers_mut().insert(HOST, host);
         }
         Ok(out)
     }
@@ -236,8 +209,9 @@ impl HttpBackend {
     /// [`HttpBackend::send`]'s exchange, without its deadline.
     async fn exchange(&self, outgoing: &Outgoing, req: hyper::Request<Lent>) -> Result<http::Response<Body>, InvokeError> {
         let head = req.method() == Method::HEAD;
-        let resp = self.client().request(req).await.map_err(|e| self.send_error(&e))?;
+        let (resp, lease) = self.pool.send(req).await.map_err(|e| self.send_error(e))?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // The connection is the upgrade's now: the lease is dropped, never released.
             return self.switch_protocols(outgoing, resp);
         }
         let (mut parts, incoming) = resp.into_parts();
@@ -253,10 +227,12 @@ impl HttpBackend {
             // A small answer of known length is read whole (as nginx buffers): the client
             // gets head and body in one write, and the upstream connection is free at once.
             let whole = incoming.collect().await.map_err(|e| self.body_error(&e))?.to_bytes();
+            lease.release();
             return Ok(http::Response::from_parts(parts, body::full(whole)));
         }
         let body_deadline = Instant::now() + body::STREAM_LIFETIME;
-        Ok(http::Response::from_parts(parts, body::bounded(body::boxed(incoming), max, body_deadline)))
+        let streamed = body::boxed(Leased::new(incoming, lease));
+        Ok(http::Response::from_parts(parts, body::bounded(streamed, max, body_deadline)))
     }
 
     /// The upstream's `101` to an upgrade: answered to the client as is, with a task that
@@ -292,15 +268,17 @@ impl HttpBackend {
 
     /// Classifies a failed exchange: no connection (nothing sent) is retryable;
     /// a client body past its limit or deadline is the client's; the rest is the upstream's.
-    fn send_error(&self, err: &hyper_util::client::legacy::Error) -> InvokeError {
-        if err.is_connect() {
-            InvokeError::Unavailable(format!("could not connect to upstream {}: {}", self.upstream, causes(err)))
-        } else if caused_by::<TooLarge>(err) {
+    fn send_error(&self, err: SendError) -> InvokeError {
+        let err = match err {
+            SendError::Connect(why) => return InvokeError::Unavailable(why),
+            SendError::Exchange(err) => err,
+        };
+        if caused_by::<TooLarge>(&err) {
             InvokeError::RequestTooLarge { size: self.max_request_body.saturating_add(1), max: self.max_request_body }
-        } else if caused_by::<DeadlinePassed>(err) {
+        } else if caused_by::<DeadlinePassed>(&err) {
             InvokeError::RequestTimeout
         } else {
-            InvokeError::FiberFailed(format!("upstream {} failed: {}", self.upstream, causes(err)))
+            InvokeError::FiberFailed(format!("upstream {} failed: {}", self.upstream, causes(&err)))
         }
     }
 }
@@ -762,7 +740,9 @@ mod tests {
         let outgoing = Outgoing::new(req, 1024).expect("forwardable");
         let first = backend.addressed(&outgoing).expect("addressed");
         assert_eq!(first.method(), Method::PATCH);
-        assert_eq!(first.uri(), "http://127.0.0.1:8080/a/b?c=d");
+        assert_eq!(first.uri(), "/a/b?c=d", "HTTP/1.1 sends the origin form");
+        let h2c = HttpBackend::speaking(SocketAddr::from(([127, 0, 0, 1], 8080)), 1024, HttpLimits::default(), true);
+        assert_eq!(h2c.addressed(&outgoing).expect("addressed").uri(), "http://127.0.0.1:8080/a/b?c=d", "h2c names the upstream");
         assert_eq!(first.headers().get("host").map(|v| v.as_bytes()), Some(b"hello.default.example.com".as_slice()));
         assert_eq!(first.headers().get_all("x-multi").iter().count(), 2);
         assert!(!first.headers().contains_key("content-length") && !first.headers().contains_key("upgrade"));

@@ -27,6 +27,7 @@ pub mod service_backend;
 pub mod services;
 pub mod table;
 pub mod tls;
+mod upstream_pool;
 pub mod workers;
 
 pub use backend::{Backend, BackendStats};
