@@ -83,7 +83,9 @@ impl Default for HttpLimits {
         HttpLimits {
             max_response_body: 8 * 1024 * 1024,
             connect_timeout: Duration::from_secs(1),
-            pool_idle_timeout: Duration::from_secs(30),
+            // Below the 30 s after which fiberd (hyper's default) closes an idle connection, so
+            // the router does not send on a connection as the upstream closes it.
+            pool_idle_timeout: Duration::from_secs(20),
             pool_max_idle: 256,
             connect_attempts: 5,
             upgraded_idle_timeout: Duration::from_secs(300),
@@ -209,7 +211,14 @@ impl HttpBackend {
     /// [`HttpBackend::send`]'s exchange, without its deadline.
     async fn exchange(&self, outgoing: &Outgoing, req: hyper::Request<Lent>) -> Result<http::Response<Body>, InvokeError> {
         let head = req.method() == Method::HEAD;
-        let (resp, lease) = self.pool.send(req).await.map_err(|e| self.send_error(e))?;
+        let (resp, lease) = match self.pool.send(req, false).await {
+            Ok(answer) => answer,
+            Err(stale) if stale.stale_connection() && idempotent(&outgoing.head.method) && outgoing.can_resend() => {
+                tracing::debug!(upstream = %self.upstream, "a pooled connection closed before answering; sending again on a new one");
+                self.pool.send(self.addressed(outgoing)?, true).await.map_err(|e| self.send_error(e))?
+            }
+            Err(e) => return Err(self.send_error(e)),
+        };
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             // The connection is the upgrade's now: the lease is dropped, never released.
             return self.switch_protocols(outgoing, resp);
@@ -271,7 +280,7 @@ impl HttpBackend {
     fn send_error(&self, err: SendError) -> InvokeError {
         let err = match err {
             SendError::Connect(why) => return InvokeError::Unavailable(why),
-            SendError::Exchange(err) => err,
+            SendError::Exchange { error, .. } => error,
         };
         if caused_by::<TooLarge>(&err) {
             InvokeError::RequestTooLarge { size: self.max_request_body.saturating_add(1), max: self.max_request_body }
@@ -281,6 +290,11 @@ impl HttpBackend {
             InvokeError::FiberFailed(format!("upstream {} failed: {}", self.upstream, causes(&err)))
         }
     }
+}
+
+/// Whether `method` is idempotent (RFC 9110, 9.2.2): sending it twice has the effect of once.
+fn idempotent(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
 }
 
 /// Sends `outgoing` to the upstream `pick` gives for each try, trying again (up to

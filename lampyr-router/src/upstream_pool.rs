@@ -45,7 +45,26 @@ pub(crate) enum SendError {
     /// No connection could be made: nothing was sent.
     Connect(String),
     /// The exchange failed on a connection.
-    Exchange(hyper::Error),
+    Exchange {
+        /// Why.
+        error: hyper::Error,
+        /// How long the connection had been idle in the pool; `None`: a new connection.
+        idle: Option<Duration>,
+    },
+}
+
+/// A pooled connection idle at least this long that closes unanswered was most likely
+/// closed by the upstream as idle (servers keep idle connections for seconds, not less).
+const STALE_AFTER: Duration = Duration::from_secs(1);
+
+impl SendError {
+    /// A connection idle in the pool for a while closed before any of the answer arrived:
+    /// most likely the upstream closed it as idle while the request went out, so an
+    /// idempotent request may be sent again on a new connection (RFC 9110, 9.2.2). One used
+    /// moments before that drops a request failed with the request in it.
+    pub(crate) fn stale_connection(&self) -> bool {
+        matches!(self, SendError::Exchange { error, idle: Some(idle) } if *idle >= STALE_AFTER && error.is_incomplete_message())
+    }
 }
 
 /// Connections to one upstream: pooled per thread for single-threaded runtimes (each
@@ -86,18 +105,19 @@ impl UpstreamPool {
         self.settings.http2
     }
 
-    /// Sends `req` and waits for the answer's head.
-    pub(crate) async fn send(&self, req: hyper::Request<Lent>) -> Result<(hyper::Response<Incoming>, Lease), SendError> {
+    /// Sends `req` and waits for the answer's head; `fresh` skips idle connections.
+    pub(crate) async fn send(&self, req: hyper::Request<Lent>, fresh: bool) -> Result<(hyper::Response<Incoming>, Lease), SendError> {
         let pool = self.pool();
         if self.settings.http2 {
             return self.send_h2(&pool, req).await.map(|resp| (resp, Lease(None)));
         }
         let mut req = req;
         loop {
-            let pooled = pool.take(self.settings.idle_timeout);
+            let pooled = if fresh { None } else { pool.take(self.settings.idle_timeout) };
+            let idle = pooled.as_ref().map(|(_, idle)| *idle);
             let reused = pooled.is_some();
             let mut sender = match pooled {
-                Some(sender) => sender,
+                Some((sender, _)) => sender,
                 None => self.connect_h1().await?,
             };
             // A connection whose last answer was just read is ready once its task has run.
@@ -109,7 +129,7 @@ impl UpstreamPool {
                 Err(mut failed) => match failed.take_message() {
                     // Closed by the upstream before this request was written: try another.
                     Some(unsent) if reused => req = unsent,
-                    _ => return Err(SendError::Exchange(failed.into_error())),
+                    _ => return Err(SendError::Exchange { error: failed.into_error(), idle }),
                 },
             }
         }
@@ -139,7 +159,7 @@ impl UpstreamPool {
                         lock(&pool.shared).take();
                         req = unsent;
                     }
-                    _ => return Err(SendError::Exchange(failed.into_error())),
+                    _ => return Err(SendError::Exchange { error: failed.into_error(), idle: None }),
                 },
             }
         }
@@ -209,12 +229,12 @@ impl UpstreamPool {
 }
 
 impl Pool {
-    /// The most recently used idle connection; drops closed and expired ones.
-    fn take(&self, idle_timeout: Duration) -> Option<http1::SendRequest<Lent>> {
+    /// The most recently used idle connection and how long it was idle; drops closed and expired ones.
+    fn take(&self, idle_timeout: Duration) -> Option<(http1::SendRequest<Lent>, Duration)> {
         let mut idle = lock(&self.idle);
         let now = Instant::now();
         idle.retain(|c| !c.sender.is_closed() && now.duration_since(c.since) < idle_timeout);
-        idle.pop().map(|c| c.sender)
+        idle.pop().map(|c| (c.sender, now.duration_since(c.since)))
     }
 
     fn put(&self, sender: http1::SendRequest<Lent>, max_idle: usize) {

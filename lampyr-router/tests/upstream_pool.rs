@@ -1,6 +1,7 @@
 //! HttpBackend's upstream connections over real sockets: a connection is reused once its
 //! answer is read, closed when its answer is abandoned or it idles past the timeout, at most
-//! the idle limit stay open, and one the upstream closed while idle is replaced, not failed.
+//! the idle limit stay open, one the upstream closed while idle is replaced, not failed, and
+//! an idempotent request a long-idle connection dropped unanswered is sent again.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -134,4 +135,87 @@ async fn a_connection_the_upstream_closed_while_idle_is_replaced_not_failed() {
         eventually("the upstream closes the idle connection", || tally.open.load(Ordering::Acquire) == 0).await;
         assert_eq!(tally.accepted.load(Ordering::Acquire), round);
     }
+}
+
+/// A raw HTTP/1.1 upstream whose first connection answers one request, then closes as the
+/// next request on it arrives, unanswered (as a server closing an idle connection does when a
+/// request crosses the close); every later connection answers `ok` to each request.
+async fn closing_on_second_request() -> (SocketAddr, Arc<Tally>) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let tally = Arc::new(Tally::default());
+    let counted = Arc::clone(&tally);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let first = counted.accepted.fetch_add(1, Ordering::AcqRel) == 0;
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                for answered in 0.. {
+                    // The head, then a body of its Content-Length.
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    let _ = stream.read_exact(&mut body).await;
+                    if first && answered == 1 {
+                        return;
+                    }
+                    let _ = stream.get_mut().write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+                }
+            });
+        }
+    });
+    (addr, tally)
+}
+
+async fn send(backend: &HttpBackend, method: &str) -> Result<Bytes, lampyr_router::InvokeError> {
+    let req = http::Request::builder().method(method).uri("/").header("host", "up").body(lampyr_router::body::empty()).expect("request");
+    let resp = backend.invoke(req, Instant::now() + Duration::from_secs(10)).await?;
+    Ok(resp.into_body().collect().await.expect("body").to_bytes())
+}
+
+/// Longer than a connection must idle before an unanswered close counts as the upstream's idle close.
+const IDLE_A_WHILE: Duration = Duration::from_millis(1100);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotent_request_a_long_idle_connection_dropped_unanswered_is_sent_again_on_a_new_one() {
+    let (addr, tally) = closing_on_second_request().await;
+    let backend = backend(addr, HttpLimits::default());
+    assert_eq!(send(&backend, "GET").await.expect("first request"), "ok");
+    tokio::time::sleep(IDLE_A_WHILE).await;
+    assert_eq!(send(&backend, "GET").await.expect("sent again on a new connection"), "ok");
+    assert_eq!(tally.accepted.load(Ordering::Acquire), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_post_a_long_idle_connection_dropped_unanswered_is_a_502_not_sent_twice() {
+    let (addr, tally) = closing_on_second_request().await;
+    let backend = backend(addr, HttpLimits::default());
+    assert_eq!(send(&backend, "POST").await.expect("first request"), "ok");
+    tokio::time::sleep(IDLE_A_WHILE).await;
+    let failed = send(&backend, "POST").await;
+    assert!(matches!(&failed, Err(e) if e.http_status() == 502), "{failed:?}");
+    assert_eq!(tally.accepted.load(Ordering::Acquire), 1, "a POST may have had effects: never sent again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_get_a_connection_used_moments_ago_dropped_unanswered_is_a_502() {
+    let (addr, tally) = closing_on_second_request().await;
+    let backend = backend(addr, HttpLimits::default());
+    assert_eq!(send(&backend, "GET").await.expect("first request"), "ok");
+    let failed = send(&backend, "GET").await;
+    assert!(matches!(&failed, Err(e) if e.http_status() == 502), "an upstream failing with the request in it: {failed:?}");
+    assert_eq!(tally.accepted.load(Ordering::Acquire), 1, "not sent again");
 }
