@@ -394,9 +394,11 @@ impl PoolInner {
             return Ok(f);
         }
         match self.start_fiber() {
-            Err(StartError::Capacity(_)) if self.recycling.load(Ordering::Acquire) > 0 => match self.wait_returned() {
+            // Also when none is being restored any more: one may have come back to `idle`
+            // since it was looked at above, still holding the capacity.
+            Err(StartError::Capacity(_)) => match self.wait_returned() {
                 Some(fiber) => Ok(fiber),
-                // Discarded instead of kept: its capacity was released.
+                // None came back, or one was discarded instead of kept (its capacity released).
                 None => self.start_fiber(),
             },
             other => other,
