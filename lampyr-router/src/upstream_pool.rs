@@ -229,12 +229,22 @@ impl UpstreamPool {
 }
 
 impl Pool {
-    /// The most recently used idle connection and how long it was idle; drops closed and expired ones.
+    /// The most recently used idle connection and how long it was idle; drops closed ones
+    /// it meets, and every one when the newest has expired (the rest are older).
     fn take(&self, idle_timeout: Duration) -> Option<(http1::SendRequest<Lent>, Duration)> {
         let mut idle = lock(&self.idle);
         let now = Instant::now();
-        idle.retain(|c| !c.sender.is_closed() && now.duration_since(c.since) < idle_timeout);
-        idle.pop().map(|c| (c.sender, now.duration_since(c.since)))
+        while let Some(newest) = idle.pop() {
+            let idle_for = now.duration_since(newest.since);
+            if idle_for >= idle_timeout {
+                idle.clear();
+                return None;
+            }
+            if !newest.sender.is_closed() {
+                return Some((newest.sender, idle_for));
+            }
+        }
+        None
     }
 
     fn put(&self, sender: http1::SendRequest<Lent>, max_idle: usize) {
