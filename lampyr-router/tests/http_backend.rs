@@ -6,7 +6,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,22 +25,8 @@ const HOST: &str = "up.default.localhost";
 
 /// Answers `/slow` after 5 s, `/big` with 64 KiB, anything else with
 /// `METHOD PATH?QUERY\n` + the body, echoing the header names it saw in `x-seen`.
-async fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let connections = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&connections);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            counted.fetch_add(1, Ordering::AcqRel);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(echo);
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
-        }
-    });
-    (addr, connections)
+async fn upstream() -> (SocketAddr, Arc<support::Tally>) {
+    support::counted_http1_upstream(echo).await
 }
 
 async fn echo(req: hyper::Request<Incoming>) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
@@ -146,7 +132,7 @@ async fn requests_round_trip_through_the_router_with_their_headers() {
         let resp = c.put(format!("http://{addr}/n/{i}")).header("host", HOST).body(vec![b'z'; i]).send().await.expect("response");
         assert_eq!(resp.text().await.expect("body"), format!("PUT /n/{i}\n{}", "z".repeat(i)));
     }
-    assert_eq!(connections.load(Ordering::Acquire), 1, "sequential requests reuse one pooled upstream connection");
+    assert_eq!(connections.accepted.load(Ordering::Acquire), 1, "sequential requests reuse one pooled upstream connection");
     assert_eq!(backend.stats().in_flight, 0);
 
     let big = c.post(format!("http://{addr}/")).header("host", HOST).body(vec![0u8; 1025]).send().await.expect("response");

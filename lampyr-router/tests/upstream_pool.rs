@@ -6,7 +6,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,54 +14,36 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use lampyr_router::{Backend, HttpBackend, HttpLimits};
-use tokio::net::TcpListener;
 use tokio::time::Instant;
+
+mod support;
+use support::Tally;
 
 /// Answers larger than the router buffers (64 KiB), so they stream.
 const STREAMED: usize = 256 * 1024;
 
-/// Connections an upstream accepted, and how many are still open.
-#[derive(Default)]
-struct Tally {
-    accepted: AtomicUsize,
-    open: AtomicUsize,
-}
-
 /// An HTTP/1.1 upstream: `/big` answers [`STREAMED`] bytes, `/slow` waits 300 ms, anything
 /// else answers `ok`; with `close_idle_after`, it closes a connection idle that long.
 async fn upstream(close_idle_after: Option<Duration>) -> (SocketAddr, Arc<Tally>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let tally = Arc::new(Tally::default());
-    let counted = Arc::clone(&tally);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            counted.accepted.fetch_add(1, Ordering::AcqRel);
-            counted.open.fetch_add(1, Ordering::AcqRel);
-            let counted = Arc::clone(&counted);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: hyper::Request<Incoming>| async move {
-                    let body = match req.uri().path() {
-                        "/big" => Bytes::from(vec![b'x'; STREAMED]),
-                        "/slow" => {
-                            tokio::time::sleep(Duration::from_millis(300)).await;
-                            Bytes::from_static(b"ok")
-                        }
-                        _ => Bytes::from_static(b"ok"),
-                    };
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(body)))
-                });
-                let mut builder = hyper::server::conn::http1::Builder::new();
-                if let Some(idle) = close_idle_after {
-                    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(idle);
+    support::accepting(move |stream, _| async move {
+        let service = hyper::service::service_fn(|req: hyper::Request<Incoming>| async move {
+            let body = match req.uri().path() {
+                "/big" => Bytes::from(vec![b'x'; STREAMED]),
+                "/slow" => {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Bytes::from_static(b"ok")
                 }
-                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
-                counted.open.fetch_sub(1, Ordering::AcqRel);
-            });
+                _ => Bytes::from_static(b"ok"),
+            };
+            Ok::<_, Infallible>(hyper::Response::new(Full::new(body)))
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        if let Some(idle) = close_idle_after {
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(idle);
         }
-    });
-    (addr, tally)
+        let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+    })
+    .await
 }
 
 fn backend(addr: SocketAddr, limits: HttpLimits) -> HttpBackend {
@@ -142,42 +124,32 @@ async fn a_connection_the_upstream_closed_while_idle_is_replaced_not_failed() {
 /// request crosses the close); every later connection answers `ok` to each request.
 async fn closing_on_second_request() -> (SocketAddr, Arc<Tally>) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let tally = Arc::new(Tally::default());
-    let counted = Arc::clone(&tally);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let first = counted.accepted.fetch_add(1, Ordering::AcqRel) == 0;
-            tokio::spawn(async move {
-                let mut stream = BufReader::new(stream);
-                for answered in 0.. {
-                    // The head, then a body of its Content-Length.
-                    let mut length = 0;
-                    loop {
-                        let mut line = String::new();
-                        if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = value.trim().parse().unwrap_or(0);
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    let _ = stream.read_exact(&mut body).await;
-                    if first && answered == 1 {
-                        return;
-                    }
-                    let _ = stream.get_mut().write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    support::accepting(|stream, index| async move {
+        let mut stream = BufReader::new(stream);
+        for answered in 0.. {
+            // The head, then a body of its Content-Length.
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                    return;
                 }
-            });
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = stream.read_exact(&mut body).await;
+            if index == 0 && answered == 1 {
+                return;
+            }
+            let _ = stream.get_mut().write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
         }
-    });
-    (addr, tally)
+    })
+    .await
 }
 
 async fn send(backend: &HttpBackend, method: &str) -> Result<Bytes, lampyr_router::InvokeError> {

@@ -5,45 +5,31 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use lampyr_api::policy::{FiberPolicy, TimeoutPolicy};
 use lampyr_router::{Exposure, HttpBackend, HttpLimits, Listen, RouteTable, Router, RouterConfig, Workers};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 mod support;
 
 const HOST: &str = "up.default.localhost";
 
 /// An upstream answering `ok` (`/slow`: after 500 ms), counting the connections it accepts.
-async fn counting_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let connections = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&connections);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            counted.fetch_add(1, Ordering::AcqRel);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: hyper::Request<Incoming>| async move {
-                    if req.uri().path() == "/slow" {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok\n"))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
+async fn counting_upstream() -> (SocketAddr, Arc<support::Tally>) {
+    support::counted_http1_upstream(|req: hyper::Request<Incoming>| async move {
+        if req.uri().path() == "/slow" {
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-    });
-    (addr, connections)
+        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok\n"))))
+    })
+    .await
 }
 
 /// A router sending Service `up` to `upstream`.
@@ -87,7 +73,7 @@ async fn two_threads_both_serve_and_each_keeps_its_own_upstream_connection() {
         // Lets the answered exchange's connection return to its pool before the next request.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(connections.load(Ordering::Acquire), 2, "upstream connections: one per serving thread");
+    assert_eq!(connections.accepted.load(Ordering::Acquire), 2, "upstream connections: one per serving thread");
     workers.stop().await;
 }
 
