@@ -55,7 +55,8 @@ pub enum WorkersError {
     },
 }
 
-/// Running serving threads; [`Workers::stop`] drains and joins them.
+/// Running serving threads; [`Workers::stop`] drains and joins them (dropping this stops
+/// them too, draining, without waiting for them).
 pub struct Workers {
     threads: Vec<JoinHandle<()>>,
     stop: watch::Sender<bool>,

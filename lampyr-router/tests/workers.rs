@@ -115,3 +115,17 @@ async fn a_port_in_use_is_a_clear_error() {
     };
     assert!(error.to_string().contains(&format!("cannot listen on {addr}")), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_the_workers_stops_them_too() {
+    let (upstream, _) = counting_upstream().await;
+    let workers = Workers::start(&router_to(upstream), &[Listen::plain(loopback(), Exposure::All)], 2, "test-serving").expect("starts");
+    let addr = workers.local_addrs()[0];
+    assert_eq!(get_once(addr, HOST, "/").await.0, "HTTP/1.1 200 OK");
+    drop(workers);
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(tokio::time::Instant::now() < until, "still accepting 5 s after the workers were dropped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
