@@ -77,10 +77,11 @@ pub(crate) struct UpstreamPool {
 }
 
 /// The connections of one serving thread (or of a multi-thread runtime).
-#[derive(Default)]
 struct Pool {
     /// HTTP/1.1 connections back from their last exchange, most recently used last.
     idle: Mutex<Vec<Idle>>,
+    /// Most connections kept in `idle`.
+    max_idle: usize,
     /// The HTTP/2 connection every request of this thread shares.
     shared: Mutex<Option<http2::SendRequest<Lent>>>,
 }
@@ -92,7 +93,7 @@ struct Idle {
 
 /// The HTTP/1.1 connection an answer arrived on: [`Lease::release`] it to its pool once the
 /// answer's body is read to the end; dropping it closes the connection after this exchange.
-pub(crate) struct Lease(Option<(http1::SendRequest<Lent>, Weak<Pool>, usize)>);
+pub(crate) struct Lease(Option<(http1::SendRequest<Lent>, Weak<Pool>)>);
 
 impl UpstreamPool {
     /// No connection yet; they are made on first use, on each thread that sends.
@@ -115,20 +116,19 @@ impl UpstreamPool {
         loop {
             let pooled = if fresh { None } else { pool.take(self.settings.idle_timeout) };
             let idle = pooled.as_ref().map(|(_, idle)| *idle);
-            let reused = pooled.is_some();
             let mut sender = match pooled {
                 Some((sender, _)) => sender,
                 None => self.connect_h1().await?,
             };
             // A connection whose last answer was just read is ready once its task has run.
-            if reused && sender.ready().await.is_err() {
+            if idle.is_some() && sender.ready().await.is_err() {
                 continue;
             }
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, Lease(Some((sender, Arc::downgrade(&pool), self.settings.max_idle))))),
+                Ok(resp) => return Ok((resp, Lease(Some((sender, Arc::downgrade(&pool)))))),
                 Err(mut failed) => match failed.take_message() {
                     // Closed by the upstream before this request was written: try another.
-                    Some(unsent) if reused => req = unsent,
+                    Some(unsent) if idle.is_some() => req = unsent,
                     _ => return Err(SendError::Exchange { error: failed.into_error(), idle }),
                 },
             }
@@ -174,7 +174,7 @@ impl UpstreamPool {
 
     /// An empty pool, with the task that closes its idle connections.
     fn new_pool(&self) -> Arc<Pool> {
-        let pool = Arc::new(Pool::default());
+        let pool = Arc::new(Pool { idle: Mutex::default(), max_idle: self.settings.max_idle, shared: Mutex::default() });
         tokio::spawn(close_idle(Arc::downgrade(&pool), self.settings.idle_timeout));
         pool
     }
@@ -247,9 +247,9 @@ impl Pool {
         None
     }
 
-    fn put(&self, sender: http1::SendRequest<Lent>, max_idle: usize) {
+    fn put(&self, sender: http1::SendRequest<Lent>) {
         let mut idle = lock(&self.idle);
-        if idle.len() < max_idle && !sender.is_closed() {
+        if idle.len() < self.max_idle && !sender.is_closed() {
             idle.push(Idle { sender, since: Instant::now() });
         }
     }
@@ -258,10 +258,10 @@ impl Pool {
 impl Lease {
     /// Gives the connection back to its pool: its answer was read to the end.
     pub(crate) fn release(mut self) {
-        if let Some((sender, pool, max_idle)) = self.0.take()
+        if let Some((sender, pool)) = self.0.take()
             && let Some(pool) = pool.upgrade()
         {
-            pool.put(sender, max_idle);
+            pool.put(sender);
         }
     }
 }

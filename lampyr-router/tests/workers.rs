@@ -59,10 +59,15 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
+/// Two serving threads on one loopback port (every request to Service `up` goes to `upstream`).
+fn two_threads_serving(upstream: SocketAddr) -> Workers {
+    Workers::start(&router_to(upstream), &[Listen::plain(loopback(), Exposure::All)], 2, "test-serving").expect("starts")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_threads_both_serve_and_each_keeps_its_own_upstream_connection() {
     let (upstream, connections) = counting_upstream().await;
-    let workers = Workers::start(&router_to(upstream), &[Listen::plain(loopback(), Exposure::All)], 2, "test-serving").expect("starts");
+    let workers = two_threads_serving(upstream);
     let addr = workers.local_addrs()[0];
     // 64 client connections, one after another: the kernel spreads them over both threads'
     // sockets, and each thread reuses its own pooled upstream connection. One shared pool, or
@@ -95,7 +100,7 @@ async fn each_listener_serves_what_its_exposure_says() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_finishes_a_request_in_flight_then_refuses_connections() {
     let (upstream, _) = counting_upstream().await;
-    let workers = Workers::start(&router_to(upstream), &[Listen::plain(loopback(), Exposure::All)], 2, "test-serving").expect("starts");
+    let workers = two_threads_serving(upstream);
     let addr = workers.local_addrs()[0];
     let slow = tokio::spawn(get_once(addr, HOST, "/slow"));
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -119,7 +124,7 @@ async fn a_port_in_use_is_a_clear_error() {
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_the_workers_stops_them_too() {
     let (upstream, _) = counting_upstream().await;
-    let workers = Workers::start(&router_to(upstream), &[Listen::plain(loopback(), Exposure::All)], 2, "test-serving").expect("starts");
+    let workers = two_threads_serving(upstream);
     let addr = workers.local_addrs()[0];
     assert_eq!(get_once(addr, HOST, "/").await.0, "HTTP/1.1 200 OK");
     drop(workers);
