@@ -100,6 +100,14 @@ pub struct StreamedBody {
     timings: Arc<OnceLock<CallTimings>>,
 }
 
+/// A guest call that has run (or could not start): its outcome, and the fiber it ran on
+/// with the stream its answer went to.
+struct Called {
+    outcome: CallOutcome,
+    guest_time: Duration,
+    ran: Option<(Fiber, StreamSink)>,
+}
+
 /// The fibers of one Revision. Cheap to clone.
 #[derive(Clone)]
 pub struct FiberPool {
@@ -219,7 +227,11 @@ impl FiberPool {
         let (done_tx, done_rx) = oneshot::channel();
         let (head_tx, head_rx) = oneshot::channel();
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, head_tx, done_tx));
+        if on_multi_thread_runtime() {
+            tokio::spawn(inner.run_call_inline(frame, state, permit, head_tx, done_tx));
+        } else {
+            tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, head_tx, done_tx));
+        }
         let mut done_rx = done_rx;
         // Whichever comes first: the whole answer, or a streamed head.
         let result = tokio::select! {
@@ -309,8 +321,7 @@ impl PoolInner {
         }
     }
 
-    /// Runs on a blocking thread: takes a fiber, calls it (its streamed head, if any, to
-    /// `head`), answers, then recycles it.
+    /// Runs a call on this (blocking) thread: the guest call, the answer, then the restore.
     fn run_call(
         &self,
         frame: Vec<u8>,
@@ -319,6 +330,33 @@ impl PoolInner {
         head: oneshot::Sender<StreamHead>,
         answer: oneshot::Sender<(CallOutcome, Duration)>,
     ) {
+        let called = self.call(frame, state, head);
+        let ran = self.answer(called, answer);
+        self.recycle(ran, permit);
+    }
+
+    /// Runs a call on the runtime worker that spawned it, with no thread hand-off before
+    /// the guest runs or after it answers: the guest call in [`tokio::task::block_in_place`]
+    /// (the worker's other tasks move to another thread meanwhile, so a streamed body
+    /// still flows), the answer sent once the worker is back (waking the caller on this
+    /// thread), and the restore on a blocking thread, off the response's path.
+    async fn run_call_inline(
+        self: Arc<Self>,
+        frame: Vec<u8>,
+        state: Arc<CallState>,
+        permit: OwnedSemaphorePermit,
+        head: oneshot::Sender<StreamHead>,
+        answer: oneshot::Sender<(CallOutcome, Duration)>,
+    ) {
+        let called = tokio::task::block_in_place(|| self.call(frame, &state, head));
+        match self.answer(called, answer) {
+            None => self.recycle(None, permit),
+            ran => drop(tokio::task::spawn_blocking(move || self.recycle(ran, permit))),
+        }
+    }
+
+    /// Takes a fiber and runs the guest call on it (blocking this thread).
+    fn call(&self, frame: Vec<u8>, state: &Arc<CallState>, head: oneshot::Sender<StreamHead>) -> Called {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.gauge_update();
         let mut fiber = match self.take_fiber() {
@@ -329,12 +367,7 @@ impl PoolInner {
                     StartError::Capacity(e) => CallOutcome::NoCapacity(e.to_string()),
                     StartError::Sandbox(e) => CallOutcome::Failed(format!("could not start a fiber: {e}")),
                 };
-                let _ = answer.send((outcome, Duration::ZERO));
-                // No fiber was created, so none is returned or dropped.
-                self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                self.gauge_update();
-                drop(permit);
-                return;
+                return Called { outcome, guest_time: Duration::ZERO, ran: None };
             }
         };
         state.set_fiber(fiber.interrupt_handle());
@@ -346,14 +379,35 @@ impl PoolInner {
         };
         state.mark_returned();
         let outcome = streamed_outcome(outcome, &sink, self.template.response_limits().max_body);
+        Called { outcome, guest_time, ran: Some((fiber, sink)) }
+    }
+
+    /// Sends a call's answer (closing a streamed body after it, so a caller waiting for
+    /// either wakes once); returns the fiber to restore and whether its answer was malformed.
+    fn answer(&self, called: Called, answer: oneshot::Sender<(CallOutcome, Duration)>) -> Option<(Fiber, bool)> {
+        let Called { outcome, guest_time, ran } = called;
         let malformed = matches!(outcome, CallOutcome::BadResponse(_));
-        // Counted before the answer goes, so a request sent on that answer finds it.
-        self.recycling.fetch_add(1, Ordering::AcqRel);
-        // Answer first: the restore is off the response's path. The answer goes before the
-        // sink closes, so a caller waiting for either wakes once.
+        if ran.is_some() {
+            // Counted before the answer goes, so a request sent on that answer finds it.
+            self.recycling.fetch_add(1, Ordering::AcqRel);
+        }
         let _ = answer.send((outcome, guest_time));
-        // Closes a streamed body's chunks; its reader then takes the answer.
-        drop(sink);
+        ran.map(|(fiber, sink)| {
+            drop(sink);
+            (fiber, malformed)
+        })
+    }
+
+    /// Restores (or discards) the fiber a call ran on and frees its slot; with no fiber
+    /// (none could start) only the slot.
+    fn recycle(&self, ran: Option<(Fiber, bool)>, permit: OwnedSemaphorePermit) {
+        let Some((mut fiber, malformed)) = ran else {
+            // No fiber was created, so none is returned or dropped.
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.gauge_update();
+            drop(permit);
+            return;
+        };
         let kept = match fiber.recycle(&self.template, malformed) {
             Disposition::Reuse => {
                 self.metrics.restores.inc();
@@ -511,6 +565,12 @@ fn streamed_outcome(outcome: CallOutcome, sink: &StreamSink, max_body: usize) ->
         }
         other => other,
     }
+}
+
+/// Whether calls can run in place on this runtime's workers ([`tokio::task::block_in_place`]
+/// needs a multi-thread runtime); otherwise they go to a blocking thread.
+fn on_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
 }
 
 fn thread_ended() -> InvokeError {

@@ -1,6 +1,7 @@
 //! Test guest: counts requests in a static and reports the count, so tests can
 //! prove fibers are restored between requests (the answer must stay 1).
-//! `/big?N` answers with an N-byte body; `/hostile` returns a malformed frame.
+//! `/big?N` answers with an N-byte body; `/hostile` returns a malformed frame;
+//! `/log?MARKER` logs one info event with field `marker=MARKER` through the host.
 #![no_std]
 #![no_main]
 
@@ -27,6 +28,10 @@ fn handle(req: Request) -> Response {
             frame.extend_from_slice(&u32::MAX.to_le_bytes());
             lampyr_guest::__return_raw_frame(frame);
             Response::new(200)
+        }
+        "/log" => {
+            lampyr_guest::info!("counted", marker = req.query().unwrap_or(""));
+            Response::text(200, format!("{n}\n"))
         }
         "/env" => Response::text(200, format!("{:?}\n", lampyr_guest::env::vars())),
         _ => Response::text(200, format!("{n}\n")),
