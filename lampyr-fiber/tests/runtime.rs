@@ -237,6 +237,26 @@ async fn warm_size_grows_and_shrinks_to_zero() {
     assert_eq!(pool.stats().live, 1);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_at_zero_and_the_resize_waking_the_pool_start_one_fiber_between_them() {
+    let built = build(example_elf("hello"), BuildOptions::default());
+    let metrics = RuntimeMetrics::default();
+    let template = Template::load(&built.artifact, &Env::default()).expect("template loads");
+    let config = PoolConfig { revision: "wake-00001".into(), max_fibers: 4, queue_capacity: 4, capacity: None };
+    let pool = FiberPool::new(template, config, metrics.clone());
+    let starts = || metrics.fiber_starts.get_or_create(&lampyr_fiber::metrics::revision_labels("wake-00001")).get();
+    for round in 1..=5 {
+        // As a request reaching a Revision at zero meets the activation that wakes it.
+        let (answered, resized) = tokio::join!(pool.invoke(get("/"), in_secs(30)), pool.set_desired(1));
+        answered.expect("the request is answered");
+        resized.expect("the pool is resized");
+        assert_eq!(starts(), round, "round {round}: one fiber started for the request and the resize together");
+        wait_for(|| pool.stats().in_flight == 0).await;
+        pool.set_desired(0).await.expect("back to zero");
+        assert_eq!(pool.stats().live, 0);
+    }
+}
+
 async fn wait_for(cond: impl Fn() -> bool) {
     let until = std::time::Instant::now() + Duration::from_secs(30);
     while !cond() {

@@ -118,10 +118,13 @@ struct PoolInner {
     template: Template,
     config: PoolConfig,
     idle: Mutex<Vec<Fiber>>,
-    /// Signalled when a fiber comes back from its restore (to `idle`, or discarded).
+    /// Signalled when a fiber comes back from its restore (to `idle`, or discarded) and
+    /// when a resize has started one.
     returned: Condvar,
     /// Fibers that answered and are being restored; counted under `idle`'s lock.
     recycling: AtomicUsize,
+    /// Fibers a resize is starting for `idle`; counted under `idle`'s lock.
+    starting: AtomicUsize,
     slots: Arc<Semaphore>,
     queued: AtomicUsize,
     in_flight: AtomicUsize,
@@ -152,6 +155,7 @@ impl FiberPool {
                 idle: Mutex::new(Vec::new()),
                 returned: Condvar::new(),
                 recycling: AtomicUsize::new(0),
+                starting: AtomicUsize::new(0),
                 slots,
                 queued: AtomicUsize::new(0),
                 in_flight: AtomicUsize::new(0),
@@ -440,14 +444,14 @@ impl PoolInner {
         drop(permit);
     }
 
-    /// An idle fiber, else a new one within capacity, else (capacity taken) one of this
-    /// pool's own coming back from its restore: its slot is about to be free, so the call
-    /// waits for it rather than being refused.
+    /// An idle fiber (or the first a resize is starting), else a new one within capacity,
+    /// else (capacity taken) one of this pool's own coming back from its restore: its slot
+    /// is about to be free, so the call waits for it rather than being refused.
     fn take_fiber(&self) -> Result<Fiber, StartError> {
-        if let Some(f) = self.idle.lock().ok().and_then(|mut v| v.pop()) {
-            return Ok(f);
+        if let Some(fiber) = self.idle_or_reserve() {
+            return Ok(fiber);
         }
-        match self.start_fiber() {
+        match self.start_reserved() {
             // Also when none is being restored any more: one may have come back to `idle`
             // since it was looked at above, still holding the capacity.
             Err(StartError::Capacity(_)) => match self.wait_returned() {
@@ -457,6 +461,43 @@ impl PoolInner {
             },
             other => other,
         }
+    }
+
+    /// An idle fiber, waiting (at most [`RECYCLE_WAIT`]) for the first of those a resize is
+    /// starting while it starts some; else a place in `live` for the fiber the call starts
+    /// itself, reserved under the lock a resize counts `live` under. So a request waking a
+    /// pool at zero and the activation resizing it start one fiber between them, whichever
+    /// comes first. `None` when it reserved.
+    fn idle_or_reserve(&self) -> Option<Fiber> {
+        let until = std::time::Instant::now() + RECYCLE_WAIT;
+        let Ok(mut idle) = self.idle.lock() else { return self.reserve() };
+        loop {
+            if let Some(fiber) = idle.pop() {
+                return Some(fiber);
+            }
+            let left = until.checked_duration_since(std::time::Instant::now());
+            let Some(left) = left.filter(|_| self.starting.load(Ordering::Acquire) > 0) else { return self.reserve() };
+            idle = match self.returned.wait_timeout(idle, left) {
+                Ok((idle, _)) => idle,
+                Err(_) => return self.reserve(),
+            };
+        }
+    }
+
+    fn reserve(&self) -> Option<Fiber> {
+        self.live.fetch_add(1, Ordering::AcqRel);
+        None
+    }
+
+    /// Reserves a place in `live` for a fiber a resize starts, if fewer than `n` are alive.
+    fn reserve_below(&self, n: usize) -> bool {
+        let Ok(_idle) = self.idle.lock() else { return false };
+        if self.live.load(Ordering::Acquire) >= n {
+            return false;
+        }
+        self.live.fetch_add(1, Ordering::AcqRel);
+        self.starting.fetch_add(1, Ordering::AcqRel);
+        true
     }
 
     /// Blocks this call's thread until a restored fiber is idle (taking it) or none is
@@ -478,21 +519,31 @@ impl PoolInner {
 
     /// Starts a fiber within the pool's capacity account, if it has one.
     fn start_fiber(&self) -> Result<Fiber, StartError> {
+        self.live.fetch_add(1, Ordering::AcqRel);
+        self.start_reserved()
+    }
+
+    /// Starts a fiber whose place in `live` is reserved (given back if it cannot start).
+    fn start_reserved(&self) -> Result<Fiber, StartError> {
+        let unreserve = || {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+        };
         if let Some(account) = &self.config.capacity {
-            account.admit().map_err(StartError::Capacity)?;
+            account.admit().map_err(StartError::Capacity).inspect_err(|_| unreserve())?;
         }
-        let fiber = match Fiber::new(&self.template) {
-            Ok(fiber) => fiber,
+        match Fiber::new(&self.template) {
+            Ok(fiber) => {
+                self.metrics.fiber_starts.inc();
+                Ok(fiber)
+            }
             Err(e) => {
                 if let Some(account) = &self.config.capacity {
                     account.release();
                 }
-                return Err(StartError::Sandbox(e));
+                unreserve();
+                Err(StartError::Sandbox(e))
             }
-        };
-        self.live.fetch_add(1, Ordering::AcqRel);
-        self.metrics.fiber_starts.inc();
-        Ok(fiber)
+        }
     }
 
     fn push_idle(&self, fiber: Fiber) {
@@ -512,9 +563,15 @@ impl PoolInner {
 
     /// Creates or drops idle fibers until `n` are alive (busy ones are never dropped).
     fn resize(&self, n: usize) -> Result<(), InvokeError> {
-        while self.live.load(Ordering::Acquire) < n {
-            let fiber = self.start_fiber()?;
-            self.push_idle(fiber);
+        while self.reserve_below(n) {
+            let started = self.start_reserved().map(|fiber| self.push_idle(fiber));
+            {
+                // Under the lock, so a call waiting for the fiber sees it and the count change together.
+                let _idle = self.idle.lock();
+                self.starting.fetch_sub(1, Ordering::AcqRel);
+            }
+            self.returned.notify_all();
+            started?;
         }
         loop {
             if self.live.load(Ordering::Acquire) <= n {
