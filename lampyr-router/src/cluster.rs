@@ -344,6 +344,9 @@ impl Reconciler {
             (Some(services), Some(slices)) => self.route_services(&mut table, services, slices),
             _ => HashMap::new(),
         };
+        // Another replica writing the status probes this one: it must not say it routes the
+        // host before it can (its EndpointSlices may lag the other replica's).
+        table.withhold_hashes(|ingress| waiting.contains_key(ingress));
         self.router.set_table(table);
         let programmed = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
         self.router.metrics().ingresses.set(programmed as i64);

@@ -329,6 +329,13 @@ impl Router {
     fn probe_answer(&self, table: &RouteTable, host: &str, requested: Option<HeaderValue>) -> Resp {
         let answer = match requested {
             Some(h) if h == crate::peers::OVERRIDE => match table.host(host) {
+                Some(route) if route.hash.is_empty() => {
+                    let why = format!(
+                        "KIngress {} is programmed for host {host:?}, but a Service it routes to has no ready endpoint here yet\n",
+                        route.ingress
+                    );
+                    return text(StatusCode::SERVICE_UNAVAILABLE, &why);
+                }
                 Some(route) => HeaderValue::from_str(&route.hash).ok(),
                 None => return text(StatusCode::NOT_FOUND, &format!("no KIngress programmed for host {host:?}\n")),
             },

@@ -46,7 +46,8 @@ pub struct HostRoute {
     pub visibility: IngressVisibility,
     /// Plain HTTP is redirected to HTTPS (`httpOption: Redirected` on an `ExternalIP` rule).
     pub redirect_to_https: bool,
-    /// The KIngress's hash ([`crate::kingress::hash`]): what a network probe for the host is answered.
+    /// The KIngress's hash ([`crate::kingress::hash`]): what a network probe for the host is
+    /// answered; empty while a Service the host routes to has no ready endpoint here.
     pub hash: String,
     /// Paths in order; the first that matches takes the request.
     pub paths: Vec<PathRoute>,
@@ -183,6 +184,15 @@ impl RouteTable {
     /// Every routed host with its route.
     pub fn hosts(&self) -> impl Iterator<Item = (&str, &Arc<HostRoute>)> {
         self.hosts.iter().map(|(h, r)| (h.as_str(), r))
+    }
+
+    /// Clears the hash of every host whose KIngress (`namespace/name`) `waiting` names: it
+    /// is programmed, but a Service it routes to has no ready endpoint here yet, so a
+    /// network probe for it is not answered with its hash (see [`HostRoute::hash`]).
+    pub fn withhold_hashes(&mut self, waiting: impl Fn(&str) -> bool) {
+        for route in self.hosts.values_mut().filter(|r| !r.hash.is_empty() && waiting(&r.ingress)) {
+            *route = Arc::new(HostRoute { hash: String::new(), ..HostRoute::clone(route) });
+        }
     }
 }
 

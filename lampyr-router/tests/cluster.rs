@@ -749,6 +749,17 @@ async fn a_split_to_an_ordinary_service_goes_to_its_ready_endpoints_and_is_ready
     tokio::time::sleep(Duration::from_secs(1)).await;
     let status = ingresses.get("plain").await.expect("read KIngress").status;
     assert!(status.as_ref().is_none_or(|s| !s.is_ready(Some(1))), "Ready with no endpoint to answer: {status:#?}");
+    // What another replica writing the status asks this one: not the hash yet.
+    let probe = || {
+        c.get(format!("http://{}/", router.internal))
+            .header("host", &host)
+            .header("k-network-probe", "probe")
+            .header("k-network-hash", lampyr_router::peers::OVERRIDE)
+            .send()
+    };
+    let early = probe().await.expect("probe");
+    assert_eq!(early.status(), 503, "a replica with no ready endpoint for the Service does not claim the host");
+    assert_eq!(early.headers().get("k-network-hash"), None);
 
     slices
         .replace("plain-1", &PostParams::default(), &{
@@ -758,11 +769,15 @@ async fn a_split_to_an_ordinary_service_goes_to_its_ready_endpoints_and_is_ready
         })
         .await
         .expect("the endpoint becomes ready");
-    wait_ingress_ready(&client, &ns, "plain").await;
+    let ready = wait_ingress_ready(&client, &ns, "plain").await;
     for _ in 0..10 {
         let ans = by_host(&c, router.public, &host, "/").await;
         assert_eq!((ans.status, ans.name.as_str()), (200, "plain"), "{}", ans.text);
     }
+    let late = probe().await.expect("probe");
+    assert_eq!(late.status(), 200, "once it has a ready endpoint, the replica claims the host");
+    let answered = late.headers().get("k-network-hash").and_then(|h| h.to_str().ok()).map(str::to_string);
+    assert_eq!(answered, Some(lampyr_router::kingress::hash(&ready)), "answered with the KIngress's hash");
 }
 
 #[tokio::test(flavor = "multi_thread")]
