@@ -41,9 +41,7 @@ fn main() {
     };
     let rate = creation_rate(&template, Duration::from_secs(2));
     let (per_fiber, fibers_per_gib) = density(&artifact);
-    let (host, guest) = dispatch(&artifact, &runtime());
-    let current_thread = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
-    let (handed_off, _) = dispatch(&artifact, &current_thread);
+    let (host, guest) = dispatch(&artifact);
     let floor = handoff_floor(guest.median());
 
     let mut t = Table::default();
@@ -53,19 +51,12 @@ fn main() {
     t.row("fiber from loaded snapshot (p99)", fmt_duration(new_fiber.percentile(99.0)), "-", speedup(baseline, new_fiber.percentile(99.0)));
     t.row("restore to snapshot (median)", fmt_duration(restore.median()), "-", speedup(baseline, restore.median()));
     t.row(
-        "host dispatch overhead per request, in place on a worker (median)",
+        "host dispatch overhead per request (median)",
         fmt_duration(host.median()),
         "≤ 100 µs (with restore)",
         speedup(baseline, host.median()),
     );
     t.row("host dispatch overhead per request (p99)", fmt_duration(host.percentile(99.0)), "-", "-".into());
-    t.row(
-        "baseline: dispatch handed to a blocking thread (current-thread runtime; the path before in-place calls), median",
-        fmt_duration(handed_off.median()),
-        "-",
-        format!("{:.2}× in place", handed_off.median().as_secs_f64() / host.median().as_secs_f64()),
-    );
-    t.row("baseline: dispatch handed to a blocking thread, p99", fmt_duration(handed_off.percentile(99.0)), "-", "-".into());
     t.row(
         "baseline: thread hand-off floor (spawn_blocking + oneshot around a busy wait of the guest's median)",
         fmt_duration(floor.median()),
@@ -141,14 +132,14 @@ fn handoff_floor(busy: Duration) -> Samples {
     Samples(v)
 }
 
-/// Host overhead and guest time of requests through a warm pool, each request made
-/// from a task of `rt` (as a server's connection task makes it).
-fn dispatch(artifact: &lampyr_artifact::VerifiedArtifact, rt: &tokio::runtime::Runtime) -> (Samples, Samples) {
+/// Host overhead and guest time of requests through a warm pool.
+fn dispatch(artifact: &lampyr_artifact::VerifiedArtifact) -> (Samples, Samples) {
+    let rt = runtime();
     let template = Template::load(artifact, &Env::default()).expect("load");
     let config = PoolConfig { revision: "dispatch".into(), max_fibers: 1, queue_capacity: 1, capacity: None };
     let pool = FiberPool::new(template, config, RuntimeMetrics::default());
-    let requests = rt.spawn(async move {
-        let (mut host, mut guest) = (Vec::new(), Vec::new());
+    let (mut host, mut guest) = (Vec::new(), Vec::new());
+    rt.block_on(async {
         for i in 0..210 {
             let req = Request { method: "GET".into(), uri: "/".into(), ..Request::default() };
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -158,7 +149,6 @@ fn dispatch(artifact: &lampyr_artifact::VerifiedArtifact, rt: &tokio::runtime::R
                 guest.push(t.guest);
             }
         }
-        (Samples(host), Samples(guest))
     });
-    rt.block_on(requests).expect("the requests' task")
+    (Samples(host), Samples(guest))
 }

@@ -610,10 +610,7 @@ fn pool_host_times(rt: &Runtime, backend: &LocalBackend) -> (Samples, Samples) {
     let call = || {
         let req = Request { method: "GET".into(), uri: "/".into(), ..Request::default() };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        // From a task of the runtime, as a server's connection task calls the pool.
-        let pool = pool.clone();
-        let task = rt.spawn(async move { pool.invoke_timed(req, deadline).await });
-        rt.block_on(task).expect("the call's task").expect("call").1.host
+        rt.block_on(pool.invoke_timed(req, deadline)).expect("call").1.host
     };
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for i in 0..COLD_WARMUP + HOST_PAIRS {

@@ -1,8 +1,7 @@
-//! Where a pool runs its guest calls, under /dev/kvm: in place on the runtime worker that
-//! made the call on a multi-thread runtime (no hand-off to another thread before the guest
-//! runs), on a blocking thread on a current-thread runtime; and either way the runtime's
-//! other tasks keep running while a guest runs. The guest's thread is seen through its log
-//! event (`LampyrLog` runs on the thread that runs the guest).
+//! Where a pool runs its guest calls, under /dev/kvm: on a blocking thread, never the runtime
+//! thread that made the call, on either runtime flavour; so the runtime's other tasks keep
+//! running while a guest runs. The guest's thread is seen through its log event (`LampyrLog`
+//! runs on the thread that runs the guest).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -98,31 +97,18 @@ fn call_from_a_task(rt: &Runtime, pool: &FiberPool, uri: &str) -> (ThreadId, u16
 }
 
 #[test]
-fn on_a_multi_thread_runtime_a_warm_call_runs_its_guest_on_the_calling_worker() {
+fn the_guest_runs_on_a_blocking_thread_not_the_calling_runtime_thread() {
     record_guest_logs();
     let (_dir, pool) = pool_of("counter");
-    for workers in [1, 2] {
-        let rt = multi_thread(workers);
+    for (flavour, rt) in [("current-thread", current_thread()), ("multi-thread", multi_thread(1))] {
         rt.block_on(pool.set_desired(1)).expect("a warm fiber");
-        for i in 0..3 {
-            let marker = format!("in-place-{workers}-{i}");
-            let (caller, status) = call_from_a_task(&rt, &pool, &format!("/log?{marker}"));
-            assert_eq!(status, 200);
-            assert_eq!(threads_that_logged(&marker), [caller], "{workers} worker(s), call {i}: the guest ran on the caller's thread");
-        }
+        let marker = format!("handed-off-{flavour}");
+        let (caller, status) = call_from_a_task(&rt, &pool, &format!("/log?{marker}"));
+        assert_eq!(status, 200);
+        let threads = threads_that_logged(&marker);
+        assert_eq!(threads.len(), 1, "{flavour}: one log event: {threads:?}");
+        assert_ne!(threads[0], caller, "{flavour}: the runtime thread that called is not blocked by the guest");
     }
-}
-
-#[test]
-fn on_a_current_thread_runtime_the_guest_runs_on_a_blocking_thread() {
-    record_guest_logs();
-    let (_dir, pool) = pool_of("counter");
-    let rt = current_thread();
-    let (caller, status) = call_from_a_task(&rt, &pool, "/log?handed-off");
-    assert_eq!(status, 200);
-    let threads = threads_that_logged("handed-off");
-    assert_eq!(threads.len(), 1, "one log event: {threads:?}");
-    assert_ne!(threads[0], caller, "the runtime's only thread is not blocked by the guest");
 }
 
 /// Runs a guest that never returns until its 1 s deadline, from a task of `rt`, while a
@@ -150,8 +136,8 @@ fn ticks_while_a_guest_spins(rt: &Runtime) -> usize {
 
 #[test]
 fn the_runtime_keeps_running_its_other_tasks_while_a_guest_runs() {
-    let in_place = ticks_while_a_guest_spins(&multi_thread(1));
-    assert!(in_place >= 2, "a one-worker runtime ticked {in_place} times during a 1 s guest call in place");
+    let one_worker = ticks_while_a_guest_spins(&multi_thread(1));
+    assert!(one_worker >= 2, "a one-worker runtime ticked {one_worker} times during a 1 s guest call");
     let handed_off = ticks_while_a_guest_spins(&current_thread());
     assert!(handed_off >= 2, "a current-thread runtime ticked {handed_off} times during a 1 s guest call");
 }

@@ -231,11 +231,7 @@ impl FiberPool {
         let (done_tx, done_rx) = oneshot::channel();
         let (head_tx, head_rx) = oneshot::channel();
         let inner = Arc::clone(&self.inner);
-        if on_multi_thread_runtime() {
-            tokio::spawn(inner.run_call_inline(frame, state, permit, head_tx, done_tx));
-        } else {
-            tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, head_tx, done_tx));
-        }
+        tokio::task::spawn_blocking(move || inner.run_call(frame, &state, permit, head_tx, done_tx));
         let mut done_rx = done_rx;
         // Whichever comes first: the whole answer, or a streamed head.
         let result = tokio::select! {
@@ -325,7 +321,7 @@ impl PoolInner {
         }
     }
 
-    /// Runs a call on this (blocking) thread: the guest call, the answer, then the restore.
+    /// Runs on a blocking thread: the guest call, the answer, then the restore (off the answer's path).
     fn run_call(
         &self,
         frame: Vec<u8>,
@@ -337,26 +333,6 @@ impl PoolInner {
         let called = self.call(frame, state, head);
         let ran = self.answer(called, answer);
         self.recycle(ran, permit);
-    }
-
-    /// Runs a call on the runtime worker that spawned it, with no thread hand-off before
-    /// the guest runs or after it answers: the guest call in [`tokio::task::block_in_place`]
-    /// (the worker's other tasks move to another thread meanwhile, so a streamed body
-    /// still flows), the answer sent once the worker is back (waking the caller on this
-    /// thread), and the restore on a blocking thread, off the response's path.
-    async fn run_call_inline(
-        self: Arc<Self>,
-        frame: Vec<u8>,
-        state: Arc<CallState>,
-        permit: OwnedSemaphorePermit,
-        head: oneshot::Sender<StreamHead>,
-        answer: oneshot::Sender<(CallOutcome, Duration)>,
-    ) {
-        let called = tokio::task::block_in_place(|| self.call(frame, &state, head));
-        match self.answer(called, answer) {
-            None => self.recycle(None, permit),
-            ran => drop(tokio::task::spawn_blocking(move || self.recycle(ran, permit))),
-        }
     }
 
     /// Takes a fiber and runs the guest call on it (blocking this thread).
@@ -622,12 +598,6 @@ fn streamed_outcome(outcome: CallOutcome, sink: &StreamSink, max_body: usize) ->
         }
         other => other,
     }
-}
-
-/// Whether calls can run in place on this runtime's workers ([`tokio::task::block_in_place`]
-/// needs a multi-thread runtime); otherwise they go to a blocking thread.
-fn on_multi_thread_runtime() -> bool {
-    tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
 }
 
 fn thread_ended() -> InvokeError {
