@@ -100,14 +100,6 @@ pub struct StreamedBody {
     timings: Arc<OnceLock<CallTimings>>,
 }
 
-/// A guest call that has run (or could not start): its outcome, and the fiber it ran on
-/// with the stream its answer went to.
-struct Called {
-    outcome: CallOutcome,
-    guest_time: Duration,
-    ran: Option<(Fiber, StreamSink)>,
-}
-
 /// The fibers of one Revision. Cheap to clone.
 #[derive(Clone)]
 pub struct FiberPool {
@@ -321,7 +313,8 @@ impl PoolInner {
         }
     }
 
-    /// Runs on a blocking thread: the guest call, the answer, then the restore (off the answer's path).
+    /// Runs on a blocking thread: takes a fiber, calls it (its streamed head, if any, to
+    /// `head`), answers, then recycles it.
     fn run_call(
         &self,
         frame: Vec<u8>,
@@ -330,13 +323,6 @@ impl PoolInner {
         head: oneshot::Sender<StreamHead>,
         answer: oneshot::Sender<(CallOutcome, Duration)>,
     ) {
-        let called = self.call(frame, state, head);
-        let ran = self.answer(called, answer);
-        self.recycle(ran, permit);
-    }
-
-    /// Takes a fiber and runs the guest call on it (blocking this thread).
-    fn call(&self, frame: Vec<u8>, state: &Arc<CallState>, head: oneshot::Sender<StreamHead>) -> Called {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.gauge_update();
         let mut fiber = match self.take_fiber() {
@@ -347,7 +333,12 @@ impl PoolInner {
                     StartError::Capacity(e) => CallOutcome::NoCapacity(e.to_string()),
                     StartError::Sandbox(e) => CallOutcome::Failed(format!("could not start a fiber: {e}")),
                 };
-                return Called { outcome, guest_time: Duration::ZERO, ran: None };
+                let _ = answer.send((outcome, Duration::ZERO));
+                // No fiber was created, so none is returned or dropped.
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.gauge_update();
+                drop(permit);
+                return;
             }
         };
         state.set_fiber(fiber.interrupt_handle());
@@ -359,35 +350,14 @@ impl PoolInner {
         };
         state.mark_returned();
         let outcome = streamed_outcome(outcome, &sink, self.template.response_limits().max_body);
-        Called { outcome, guest_time, ran: Some((fiber, sink)) }
-    }
-
-    /// Sends a call's answer (closing a streamed body after it, so a caller waiting for
-    /// either wakes once); returns the fiber to restore and whether its answer was malformed.
-    fn answer(&self, called: Called, answer: oneshot::Sender<(CallOutcome, Duration)>) -> Option<(Fiber, bool)> {
-        let Called { outcome, guest_time, ran } = called;
         let malformed = matches!(outcome, CallOutcome::BadResponse(_));
-        if ran.is_some() {
-            // Counted before the answer goes, so a request sent on that answer finds it.
-            self.recycling.fetch_add(1, Ordering::AcqRel);
-        }
+        // Counted before the answer goes, so a request sent on that answer finds it.
+        self.recycling.fetch_add(1, Ordering::AcqRel);
+        // Answer first: the restore is off the response's path. The answer goes before the
+        // sink closes, so a caller waiting for either wakes once.
         let _ = answer.send((outcome, guest_time));
-        ran.map(|(fiber, sink)| {
-            drop(sink);
-            (fiber, malformed)
-        })
-    }
-
-    /// Restores (or discards) the fiber a call ran on and frees its slot; with no fiber
-    /// (none could start) only the slot.
-    fn recycle(&self, ran: Option<(Fiber, bool)>, permit: OwnedSemaphorePermit) {
-        let Some((mut fiber, malformed)) = ran else {
-            // No fiber was created, so none is returned or dropped.
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            self.gauge_update();
-            drop(permit);
-            return;
-        };
+        // Closes a streamed body's chunks; its reader then takes the answer.
+        drop(sink);
         let kept = match fiber.recycle(&self.template, malformed) {
             Disposition::Reuse => {
                 self.metrics.restores.inc();
