@@ -313,10 +313,9 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
-/// A loopback port free at the time of asking.
+/// A loopback port free now and outside the kernel's ephemeral range.
 fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
+    SocketAddr::from(([127, 0, 0, 1], lampyr_testenv::cluster::free_port().expect("a free loopback port")))
 }
 
 /// The path of `name`, or a loud failure naming `scripts/setup`.

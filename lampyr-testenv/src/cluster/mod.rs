@@ -339,28 +339,46 @@ pub(crate) fn owned_data_dir(prefix: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// A loopback port that was free a moment ago, and that this process has not been given
-/// before: the kernel may hand a just-released port out again, and two components told the
-/// same port (the webhook's HTTPS port and another's plain-HTTP metrics) would collide.
+/// A loopback port that is free now and that the kernel hands to no one else: it lies below
+/// the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), which every `bind(:0)` and
+/// outgoing connection draws from, so a component restarting on its port finds it still free
+/// (drawn from that range, a restarting router's port once went to another component's admin
+/// server in between). Never given twice by this process; the scan starts at a random port, so
+/// parallel test processes rarely try the same one, and a port someone holds is skipped.
 pub fn free_port() -> Result<u16, String> {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-    // Ports refused stay bound until one is chosen, so the kernel offers others.
-    let mut refused = Vec::new();
-    for _ in 0..FREE_PORT_ATTEMPTS {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding a loopback port: {e}"))?;
-        let port = listener.local_addr().map(|a| a.port()).map_err(|e| format!("reading a bound port: {e}"))?;
-        if !given.contains(&port) {
+    let below = ephemeral_range_start();
+    let span = below.checked_sub(FIRST_TEST_PORT).filter(|span| *span >= 1024).ok_or_else(|| {
+        format!("the kernel's ephemeral ports start at {below}, leaving too few below for tests (want {FIRST_TEST_PORT} and up free)")
+    })?;
+    let start = random_u64() % u64::from(span);
+    for offset in 0..u64::from(span) {
+        let port = FIRST_TEST_PORT + ((start + offset) % u64::from(span)) as u16;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             given.push(port);
             return Ok(port);
         }
-        refused.push(listener);
     }
-    Err(format!("the kernel offered only loopback ports this process was given before, {FREE_PORT_ATTEMPTS} times"))
+    Err(format!("no free loopback port between {FIRST_TEST_PORT} and {below}"))
 }
 
-/// How often [`free_port`] asks the kernel for a port it has not given out yet.
-const FREE_PORT_ATTEMPTS: usize = 64;
+/// The lowest port [`free_port`] gives out.
+const FIRST_TEST_PORT: u16 = 10_000;
+
+/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_range_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A random number, from the standard library's per-process hash seed.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
+}
 
 /// A kubeconfig for `server` with the given `user:` stanza.
 pub(crate) fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: &str) -> Result<(), String> {
