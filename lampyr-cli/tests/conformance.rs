@@ -230,17 +230,33 @@ async fn knatives_conformance_suites_give_the_documented_results() {
     check_against_docs(&outputs, &logs);
 }
 
-/// Writes Lampyr's own Pods (readiness, restarts, why the last container ended) and the
-/// namespace's events to `path`: what a failed request in the suites' logs is read beside
-/// (a probe that failed, a router that restarted).
+/// Writes Lampyr's own Pods (readiness, restarts, why the last container ended), the
+/// namespace's events, fiber-router's logs (each split Service's endpoint changes) and the
+/// suites' own Pods and events to `path`: what a failed request in the suites' logs is read
+/// beside (a probe that failed, a router that restarted, a backend that turned unready).
 fn record_lampyr_system(ly: &Ly<'_>, path: &Path) {
     let columns = "custom-columns=POD:.metadata.name,READY:.status.containerStatuses[*].ready,\
                    RESTARTS:.status.containerStatuses[*].restartCount,LAST-ENDED:.status.containerStatuses[*].lastState.terminated.reason";
-    let pods = ly.kubectl(&["get", "pods", "-n", "lampyr-system", "-o", columns]);
-    let events = ly.kubectl(&["get", "events", "-n", "lampyr-system", "--sort-by=.lastTimestamp"]);
-    let record = format!("{}{}\n{}{}", text(&pods), stderr(&pods), text(&events), stderr(&events));
+    let commands: [&[&str]; 6] = [
+        &["get", "pods", "-n", "lampyr-system", "-o", columns],
+        &["get", "events", "-n", "lampyr-system", "--sort-by=.lastTimestamp"],
+        &["logs", "-n", "lampyr-system", "-l", "app.kubernetes.io/name=fiber-router", "--prefix", "--tail=-1"],
+        &["get", "pods", "-n", SUITES_NAMESPACE, "-o", columns],
+        &["get", "events", "-n", SUITES_NAMESPACE, "--sort-by=.lastTimestamp"],
+        &["get", "endpointslices", "-n", SUITES_NAMESPACE],
+    ];
+    let record: String = commands
+        .iter()
+        .map(|args| {
+            let out = ly.kubectl(args);
+            format!("$ kubectl {}\n{}{}\n", args.join(" "), text(&out), stderr(&out))
+        })
+        .collect();
     std::fs::write(path, record).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
+
+/// The namespace the suites create their Services and Pods in.
+const SUITES_NAMESPACE: &str = "serving-tests";
 
 /// Joins the suites' `outputs` with `docs/conformance-reasons.yaml` and checks (or, with
 /// `LAMPYR_CONFORMANCE_WRITE`, rewrites) the table in `docs/conformance.md`.

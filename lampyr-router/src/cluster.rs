@@ -270,7 +270,7 @@ impl Reconciler {
         if !stores.listed().await {
             return;
         }
-        tracing::info!("Homes, KIngresses, Secrets and Services listed; routing");
+        tracing::info!("Homes, KIngresses, Secrets, Services and EndpointSlices listed; routing");
         loop {
             let settled = self.reconcile(&stores).await;
             synced.send_replace(true);
