@@ -371,7 +371,7 @@ impl Reconciler {
                 && let Some(service) = waiting.get(&kingress::ingress_key(&ingress))
             {
                 // Not Ready (its last status stays) until the Service it routes to can answer.
-                tracing::debug!(ingress = %ingress.name_any(), %service, "not Ready until the Service has ready endpoints");
+                tracing::debug!(ingress = %ingress.name_any(), %service, "not Ready until the Service a split names exists and has ready endpoints");
                 settled = Settled::WaitingForPeers;
                 continue;
             }
@@ -420,7 +420,7 @@ impl Reconciler {
     /// Gives every KIngress split that names no Revision the backend of the Service it
     /// names ([`crate::services`]): its ready endpoints, from its EndpointSlices, kept
     /// across rebuilds while its port stays the same. Returns the KIngresses (`namespace/name`)
-    /// with a split to a Service that has no ready endpoint yet, and that Service.
+    /// with a split to a Service that is not found or has no ready endpoint yet, and that Service.
     fn route_services(
         &mut self,
         table: &mut RouteTable,
@@ -447,7 +447,10 @@ impl Reconciler {
                 continue;
             }
             let Some(service) = services.get(&ObjectRef::new(&name).within(&namespace)) else {
+                // Not routable here yet (this replica's watches may trail the one that saw it):
+                // not Ready, and no claim to the host when another replica probes.
                 tracing::debug!(%namespace, service = %name, "a KIngress split names neither a Revision nor a Service here");
+                waiting.insert(ingress, format!("{namespace}/{name} (not found)"));
                 continue;
             };
             let target = match services::target(&service, &port) {

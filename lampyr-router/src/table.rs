@@ -187,8 +187,8 @@ impl RouteTable {
     }
 
     /// Clears the hash of every host whose KIngress (`namespace/name`) `waiting` names: it
-    /// is programmed, but a Service it routes to has no ready endpoint here yet, so a
-    /// network probe for it is not answered with its hash (see [`HostRoute::hash`]).
+    /// is programmed, but a Service it routes to is not found or has no ready endpoint here
+    /// yet, so a network probe for it is not answered with its hash (see [`HostRoute::hash`]).
     pub fn withhold_hashes(&mut self, waiting: impl Fn(&str) -> bool) {
         for route in self.hosts.values_mut().filter(|r| !r.hash.is_empty() && waiting(&r.ingress)) {
             *route = Arc::new(HostRoute { hash: String::new(), ..HostRoute::clone(route) });

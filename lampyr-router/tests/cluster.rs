@@ -702,12 +702,51 @@ async fn a_kingress_of_the_fiber_class_splits_tags_and_keeps_cluster_local_hosts
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_split_to_an_ordinary_service_goes_to_its_ready_endpoints_and_is_ready_only_once_it_has_some() {
+async fn a_split_to_an_ordinary_service_is_ready_only_once_the_service_exists_with_a_ready_endpoint() {
     let (cluster, client) = cluster().await;
     let ns = cluster.namespace("router-service").await;
     let ip = non_loopback_ip();
     let up = Upstream::start_at("plain", ip).await;
     let router = start_router(client.clone(), ClusterConfig::new(SERVICE_DNS)).await;
+    let c = http();
+    // What another replica writing the status asks this one.
+    let host = format!("plain.{ns}.example.com");
+    let probe = || {
+        c.get(format!("http://{}/", router.internal))
+            .header("host", &host)
+            .header("k-network-probe", "probe")
+            .header("k-network-hash", lampyr_router::peers::OVERRIDE)
+            .send()
+    };
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+    let not_ready = || async {
+        // The status would be written right after the table: give it the time it would take.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let status = ingresses.get("plain").await.expect("read KIngress").status;
+        assert!(status.as_ref().is_none_or(|s| !s.is_ready(Some(1))), "Ready with nothing to answer: {status:#?}");
+        let early = probe().await.expect("probe");
+        assert_eq!(early.status(), 503, "a replica that cannot route the split yet does not claim the host");
+        assert_eq!(early.headers().get("k-network-hash"), None);
+    };
+
+    // The KIngress first: the Service it names is not there yet (or not in this replica's view).
+    let ingress: Ingress = serde_json::from_value(json!({
+        "apiVersion": "networking.internal.knative.dev/v1alpha1",
+        "kind": "Ingress",
+        "metadata": {"name": "plain", "namespace": ns, "annotations": {"networking.knative.dev/ingress.class": FIBER_INGRESS_CLASS}},
+        "spec": {"rules": [{"hosts": [host], "visibility": "ExternalIP", "http": {"paths": [{"splits": [
+            {"serviceNamespace": ns, "serviceName": "plain", "servicePort": 80, "percent": 100},
+        ]}]}}]},
+    }))
+    .expect("a KIngress");
+    ingresses.create(&PostParams::default(), &ingress).await.expect("create KIngress");
+    eventually("the host is programmed, though its split names no Service yet", || async {
+        let answer = probe().await.map_err(|e| e.to_string())?;
+        (answer.status() == 503).then_some(()).ok_or(format!("probe answered {}", answer.status()))
+    })
+    .await;
+    not_ready().await;
+
     // A Service without a selector: its endpoints are the EndpointSlice below. Its cluster IP
     // leads nowhere here (no kube-proxy), so only routing to the endpoints can answer.
     let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
@@ -727,39 +766,12 @@ async fn a_split_to_an_ordinary_service_goes_to_its_ready_endpoints_and_is_ready
     };
     let slices = Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), &ns);
     slices.create(&PostParams::default(), &slice(false)).await.expect("create EndpointSlice");
-    let host = format!("plain.{ns}.example.com");
-    let ingress: Ingress = serde_json::from_value(json!({
-        "apiVersion": "networking.internal.knative.dev/v1alpha1",
-        "kind": "Ingress",
-        "metadata": {"name": "plain", "namespace": ns, "annotations": {"networking.knative.dev/ingress.class": FIBER_INGRESS_CLASS}},
-        "spec": {"rules": [{"hosts": [host], "visibility": "ExternalIP", "http": {"paths": [{"splits": [
-            {"serviceNamespace": ns, "serviceName": "plain", "servicePort": 80, "percent": 100},
-        ]}]}}]},
-    }))
-    .expect("a KIngress");
-    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
-    ingresses.create(&PostParams::default(), &ingress).await.expect("create KIngress");
-    let c = http();
     eventually("the host is routed to the Service, which has no ready endpoint", || async {
         let ans = by_host(&c, router.public, &host, "/").await;
         (ans.status == 503 && ans.text.contains("no ready endpoints")).then_some(()).ok_or(format!("{} {}", ans.status, ans.text))
     })
     .await;
-    // The status would be written right after the table: give it the time it would take.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let status = ingresses.get("plain").await.expect("read KIngress").status;
-    assert!(status.as_ref().is_none_or(|s| !s.is_ready(Some(1))), "Ready with no endpoint to answer: {status:#?}");
-    // What another replica writing the status asks this one: not the hash yet.
-    let probe = || {
-        c.get(format!("http://{}/", router.internal))
-            .header("host", &host)
-            .header("k-network-probe", "probe")
-            .header("k-network-hash", lampyr_router::peers::OVERRIDE)
-            .send()
-    };
-    let early = probe().await.expect("probe");
-    assert_eq!(early.status(), 503, "a replica with no ready endpoint for the Service does not claim the host");
-    assert_eq!(early.headers().get("k-network-hash"), None);
+    not_ready().await;
 
     slices
         .replace("plain-1", &PostParams::default(), &{
@@ -784,6 +796,9 @@ async fn a_split_to_an_ordinary_service_goes_to_its_ready_endpoints_and_is_ready
 async fn a_kingress_of_another_class_is_left_alone() {
     let (cluster, client) = cluster().await;
     let ns = cluster.namespace("router-other-class").await;
+    // The marker's split is routable (a KIngress naming nothing routable is never Ready).
+    let b = Upstream::start("b").await;
+    create_home(&client, &ns, "hello-b", policy(Duration::from_secs(60), false), &[("b", b.addr, true)]).await;
     let router = start_router(client.clone(), ClusterConfig::new(SERVICE_DNS)).await;
     let mut other = kingress(&ns, 50, 50);
     other.metadata.name = Some("kourier".into());
