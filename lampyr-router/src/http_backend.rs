@@ -252,7 +252,7 @@ impl HttpBackend {
         mut resp: hyper::Response<hyper::body::Incoming>,
     ) -> Result<http::Response<Body>, InvokeError> {
         let upstream = self.upstream;
-        let Some(client_side) = outgoing.take_upgrade() else {
+        let Some((client_side, slot)) = outgoing.take_upgrade() else {
             return Err(InvokeError::FiberFailed(format!("upstream {upstream} switched protocols, but the request asked for no upgrade")));
         };
         let upstream_side = hyper::upgrade::on(&mut resp);
@@ -266,6 +266,7 @@ impl HttpBackend {
             open.inc();
             join_upgraded(client_side, upstream_side, upstream, idle).await;
             open.dec();
+            drop(slot);
         });
         Ok(http::Response::from_parts(parts, body::empty()))
     }
@@ -357,9 +358,16 @@ pub(crate) struct Outgoing {
     finished: Arc<AtomicBool>,
     /// The body as read so far, while it is within its limit.
     copy: Option<Arc<Mutex<BodyCopy>>>,
-    /// The client's connection, handed over when an upgrade it asked for is answered `101`.
-    upgrade: Mutex<Option<OnUpgrade>>,
+    /// The client's connection, handed over when an upgrade it asked for is answered `101`,
+    /// and its place under the listener's connection limit.
+    upgrade: Mutex<Option<(OnUpgrade, Option<ConnectionSlot>)>>,
 }
+
+/// A client connection's place under its listener's connection limit. The listener puts it
+/// in the extensions of a request asking for an upgrade; the tunnel a `101` opens holds it
+/// until it closes, so upgraded connections keep counting after hyper lets go of them.
+#[derive(Clone)]
+pub struct ConnectionSlot(pub Arc<tokio::sync::OwnedSemaphorePermit>);
 
 /// What a [`Lent`] body has yielded, kept up to `limit` bytes.
 struct BodyCopy {
@@ -404,7 +412,7 @@ impl Outgoing {
         }
         let upgrade = upgrade_request(&mut head);
         strip_hop_by_hop(&mut head.headers);
-        if let Some((protocol, _)) = &upgrade {
+        if let Some((protocol, _, _)) = &upgrade {
             mark_upgrade(&mut head.headers, Some(protocol.clone()));
         }
         // The client recomputes the length from the body, and nothing waits for `100 Continue`.
@@ -416,12 +424,13 @@ impl Outgoing {
             body: Arc::new(Mutex::new(Some(body))),
             finished: Arc::new(AtomicBool::new(false)),
             copy: None,
-            upgrade: Mutex::new(upgrade.map(|(_, on)| on)),
+            upgrade: Mutex::new(upgrade.map(|(_, on, slot)| (on, slot))),
         })
     }
 
-    /// The client's side of an upgrade it asked for, once (a `101` answer takes it).
-    fn take_upgrade(&self) -> Option<OnUpgrade> {
+    /// The client's side of an upgrade it asked for and its connection's slot, once (a `101`
+    /// answer takes them).
+    fn take_upgrade(&self) -> Option<(OnUpgrade, Option<ConnectionSlot>)> {
         self.upgrade.lock().ok().and_then(|mut u| u.take())
     }
 
@@ -570,14 +579,15 @@ impl Drop for InFlight<'_> {
 }
 
 /// An HTTP/1.1 upgrade the client asked for (`Connection: upgrade` with an `Upgrade`
-/// protocol) and whose connection its server can hand over: the protocol and that hand-over.
-fn upgrade_request(head: &mut http::request::Parts) -> Option<(HeaderValue, OnUpgrade)> {
+/// protocol) and whose connection its server can hand over: the protocol, that hand-over and
+/// the connection's slot under its listener's limit (when it has one).
+fn upgrade_request(head: &mut http::request::Parts) -> Option<(HeaderValue, OnUpgrade, Option<ConnectionSlot>)> {
     let protocol = head.headers.get(UPGRADE)?.clone();
     let asked = connection_tokens(&head.headers).any(|token| token.eq_ignore_ascii_case("upgrade"));
     if !asked || head.version != http::Version::HTTP_11 {
         return None;
     }
-    Some((protocol, head.extensions.remove::<OnUpgrade>()?))
+    Some((protocol, head.extensions.remove::<OnUpgrade>()?, head.extensions.remove::<ConnectionSlot>()))
 }
 
 /// Joins an upgraded client connection to the upgraded upstream one until either closes,

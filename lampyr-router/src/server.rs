@@ -38,6 +38,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::forwarded::Hop;
+use crate::http_backend::ConnectionSlot;
 use crate::metrics::{RevisionMetrics, RouterMetrics, revision_labels};
 use crate::table::{HostRoute, RevisionEntry, RouteTable};
 use lampyr_api::networking::IngressVisibility;
@@ -56,7 +57,7 @@ use crate::peers::{HASH_HEADER, PROBE_HEADER};
 pub struct RouterConfig {
     /// How long in-flight requests may finish after shutdown starts.
     pub drain_timeout: Duration,
-    /// Most open connections; more wait in the listen backlog.
+    /// Most open connections, upgraded ones (WebSockets) included; more wait in the listen backlog.
     pub max_connections: usize,
     /// Longest wait for a request's headers.
     pub header_timeout: Duration,
@@ -246,7 +247,13 @@ impl Router {
             };
             let arrival = Arrival::new(peer, exposure, tls.is_some());
             let router = Arc::clone(&self);
-            let service = hyper::service::service_fn(move |req| {
+            let slot = ConnectionSlot(Arc::new(permit));
+            let request_slot = slot.clone();
+            let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+                if req.headers().contains_key(http::header::UPGRADE) {
+                    // A tunnel it opens keeps the connection's place under the limit.
+                    req.extensions_mut().insert(request_slot.clone());
+                }
                 let (router, arrival) = (Arc::clone(&router), arrival.clone());
                 async move { Ok::<_, std::convert::Infallible>(router.handle_arrival(req, arrival).await) }
             });
@@ -266,7 +273,7 @@ impl Router {
                 if let Err(e) = served {
                     tracing::debug!(error = %e, %peer, "connection ended with an error");
                 }
-                drop(permit);
+                drop(slot);
             });
         }
         drop(listener);

@@ -290,6 +290,33 @@ async fn an_upgraded_connection_stays_open_while_it_talks_and_closes_once_idle_p
     wait_until(|| open.get() == 0).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgraded_connection_keeps_its_place_under_the_connection_limit_until_it_closes() {
+    let backend = Arc::new(HttpBackend::new(upgrading_upstream().await, 1024, limits()));
+    let mut table = RouteTable::default();
+    support::add_sole_revision(&mut table, "up", "up-00001", policy(Duration::from_secs(5)), backend);
+    let config = lampyr_router::RouterConfig { max_connections: 1, ..Default::default() };
+    let addr = support::serve_with(config, table).await.1;
+    let ask = format!("GET /chat HTTP/1.1\r\nHost: {HOST}\r\nConnection: Upgrade\r\nUpgrade: shout\r\n\r\n");
+    let (mut tunnel, head) = raw_request(addr, &ask).await;
+    assert!(head.starts_with("http/1.1 101 "), "{head}");
+    tunnel.write_all(b"hi").await.expect("write");
+    let mut echoed = [0u8; 2];
+    tunnel.read_exact(&mut echoed).await.expect("the tunnel answers");
+
+    // The only place is the tunnel's: another connection waits in the backlog.
+    let c = client();
+    let waiting = tokio::spawn({
+        let request = get(&c, addr, "/plain");
+        async move { request.send().await.map(|r| r.status().as_u16()) }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "a second connection was served while the tunnel held the only place");
+    drop(tunnel);
+    let status = waiting.await.expect("the request task").expect("answered once the tunnel closed");
+    assert_eq!(status, 200);
+}
+
 /// Polls `done` every 10 ms for up to 5 s.
 async fn wait_until(done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);

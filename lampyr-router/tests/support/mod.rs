@@ -22,7 +22,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Serves `table` from a new router on a loopback port, until the test's runtime ends.
 pub async fn serve(table: RouteTable) -> (Arc<Router>, SocketAddr) {
-    let router = Router::new(RouterConfig::default(), Registry::default());
+    serve_with(RouterConfig::default(), table).await
+}
+
+/// Like [`serve`], with the router's `config`.
+pub async fn serve_with(config: RouterConfig, table: RouteTable) -> (Arc<Router>, SocketAddr) {
+    let router = Router::new(config, Registry::default());
     router.set_table(table);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
