@@ -56,11 +56,13 @@
 //! `LAMPYR_BENCH_TRAFFIC` (default 10) the traffic changes of section 3, and
 //! `LAMPYR_BENCH_REVISIONS` (default 20) the new Revisions of section 4, and
 //! `LAMPYR_BENCH_DENSITY` (default 1000) the Services of section 5; a count of 0 skips its
-//! section.
+//! section. `LAMPYR_APISERVER_PROFILING=DIR` starts the API server with `--profiling` and
+//! writes its CPU profile over the first 30 s of section 2 to `DIR/kube-apiserver.pprof`.
 //! Progress is logged to stderr (`RUST_LOG`, default `cluster=info`); the table goes to stdout.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -243,7 +245,11 @@ async fn reconcile_burst(stack: &LampyrStack, artifact: &str, n: usize, table: &
     tracing::info!(created = ?maps.created, seen = ?maps.done, "{n} ConfigMaps");
     let service_docs = names.iter().map(|name| knative_service(&ns, name, artifact, name, None)).collect();
     let before = ApiActivity::read(&client).await;
+    let profile = std::env::var_os(lampyr_testenv::cluster::APISERVER_PROFILING).map(|dir| profile_api_server(stack, Path::new(&dir)));
     let ready = timed_burst(&services, service_docs, service_ready).await;
+    if let Some(profile) = profile {
+        profile.join().expect("the profiling thread");
+    }
     let api = ApiActivity::read(&client).await.since(&before);
     tracing::info!(
         created = ?ready.created, ready = ?ready.done,
@@ -271,6 +277,23 @@ async fn reconcile_burst(stack: &LampyrStack, artifact: &str, n: usize, table: &
     );
     table.row("   … watch events the API server sent meanwhile", ApiActivity::summary(&api.watch_events, 3), "-", "-".into());
     table.row("   … requests the API server answered meanwhile", ApiActivity::summary(&api.requests, 3), "-", "-".into());
+}
+
+/// Seconds of the API server's CPU profile taken from the start of section 2's burst.
+const PROFILE_SECONDS: u32 = 30;
+
+/// Writes the API server's CPU profile over the next [`PROFILE_SECONDS`] to
+/// `dir/kube-apiserver.pprof` (read it with `go tool pprof -top`), on a thread of its own.
+fn profile_api_server(stack: &LampyrStack, dir: &Path) -> std::thread::JoinHandle<()> {
+    let mut kubectl = stack.cluster.kubectl();
+    kubectl.args(["get", "--raw", &format!("/debug/pprof/profile?seconds={PROFILE_SECONDS}")]);
+    let path = dir.join("kube-apiserver.pprof");
+    std::thread::spawn(move || {
+        let out = kubectl.output().unwrap_or_else(|e| panic!("running kubectl for the API server's profile: {e}"));
+        assert!(out.status.success(), "the API server's profile: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::write(&path, out.stdout).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        tracing::info!(path = %path.display(), "the API server's CPU profile over {PROFILE_SECONDS} s of the burst");
+    })
 }
 
 /// What the API server has done since it started, from its `/metrics`: watch
