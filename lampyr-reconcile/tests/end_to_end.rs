@@ -332,3 +332,154 @@ async fn a_grant_shrinks_without_restarting_the_instance_that_stays_or_failing_a
     assert!(answers["200"] >= 20, "requests flowed throughout: {answers:?}");
     assert_eq!(pods.get("pair-0").await.expect("instance 0").metadata.uid, staying, "the instance that stays was not restarted");
 }
+
+/// Every status a watch showed for the Revisions and Homes of a namespace, in order,
+/// each differing from the one before it (a write that changed nothing is no event).
+struct StatusWrites {
+    seen: Arc<std::sync::Mutex<Vec<StatusSeen>>>,
+    watches: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// One status as a watch showed it.
+struct StatusSeen {
+    /// `Revision/name` or `Home/name`.
+    object: String,
+    /// The field managers that wrote the status last.
+    writer: String,
+    status: serde_json::Value,
+    /// Whether it differs from the one before only in `lastTransitionTime`s.
+    times_only: bool,
+}
+
+impl StatusWrites {
+    /// Watches namespace `ns`; returns once both watches have listed it.
+    async fn watch(client: kube::Client, ns: &str) -> Self {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (revisions_listed, homes_listed) = (tokio::sync::oneshot::channel(), tokio::sync::oneshot::channel());
+        let watches = vec![
+            tokio::spawn(record::<Revision>(Api::namespaced(client.clone(), ns), "Revision", seen.clone(), revisions_listed.0)),
+            tokio::spawn(record::<Home>(Api::namespaced(client, ns), "Home", seen.clone(), homes_listed.0)),
+        ];
+        let _ = tokio::join!(revisions_listed.1, homes_listed.1);
+        StatusWrites { seen, watches }
+    }
+
+    /// How many statuses each object of `kind` whose name starts with `prefix` went through.
+    fn per_object(&self, kind: &str, prefix: &str) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for seen in self.seen.lock().expect("lock").iter().filter(|s| s.object.starts_with(&format!("{kind}/{prefix}"))) {
+            *counts.entry(seen.object.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// The statuses that changed nothing but transition times.
+    fn times_only(&self) -> Vec<String> {
+        self.seen.lock().expect("lock").iter().filter(|s| s.times_only).map(|s| s.object.clone()).collect()
+    }
+
+    /// Every status seen, one per line.
+    fn listing(&self) -> String {
+        let seen = self.seen.lock().expect("lock");
+        seen.iter().map(|s| format!("  {} by {}: {}\n", s.object, s.writer, s.status)).collect()
+    }
+}
+
+impl Drop for StatusWrites {
+    fn drop(&mut self) {
+        self.watches.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
+/// Records each status of `api`'s objects that differs from the one before it.
+async fn record<K>(api: Api<K>, kind: &'static str, seen: Arc<std::sync::Mutex<Vec<StatusSeen>>>, listed: tokio::sync::oneshot::Sender<()>)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let mut last: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut listed = Some(listed);
+    let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+    while let Some(event) = events.next().await {
+        let object = match event {
+            Ok(Event::Apply(object) | Event::InitApply(object)) => object,
+            Ok(Event::InitDone) => {
+                listed.take().map(|l| l.send(()));
+                continue;
+            }
+            _ => continue,
+        };
+        let status = serde_json::to_value(&object).expect("serializable").get("status").cloned().unwrap_or_default();
+        let name = object.meta().name.clone().unwrap_or_default();
+        let before = last.get(&name);
+        if status.is_null() || before == Some(&status) {
+            continue;
+        }
+        let times_only = before.is_some_and(|b| without_transition_times(b) == without_transition_times(&status));
+        last.insert(name.clone(), status.clone());
+        let writer = status_writer(object.meta());
+        seen.lock().expect("lock").push(StatusSeen { object: format!("{kind}/{name}"), writer, status, times_only });
+    }
+}
+
+/// `status` with its conditions' `lastTransitionTime`s removed.
+fn without_transition_times(status: &serde_json::Value) -> serde_json::Value {
+    let mut status = status.clone();
+    for condition in status.get_mut("conditions").and_then(|c| c.as_array_mut()).into_iter().flatten() {
+        condition.as_object_mut().map(|c| c.remove("lastTransitionTime"));
+    }
+    status
+}
+
+/// The field managers that wrote the status subresource last (times are in whole seconds).
+fn status_writer(meta: &kube::api::ObjectMeta) -> String {
+    let entries: Vec<_> = meta.managed_fields.iter().flatten().filter(|m| m.subresource.as_deref() == Some("status")).collect();
+    let latest = entries.iter().filter_map(|m| m.time.as_ref()).max();
+    let writers: Vec<_> = entries.iter().filter(|m| m.time.as_ref() == latest).filter_map(|m| m.manager.clone()).collect();
+    writers.join("|")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_services_writes_each_status_once_per_state() {
+    let stack = stack();
+    let ns = stack.cluster.namespace("e2e-writes").await;
+    let artifact = stack.push_example("hello").await;
+    let client = stack.cluster.client().await;
+    // One Service first: the namespace's shared grant then exists and is Ready, and the
+    // burst's Revisions go through the states every later Revision does.
+    stack.kubectl_apply(&knative_service(&ns, "first", &artifact, "first", None));
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    stack.ready_host(&services, "first").await;
+    let writes = StatusWrites::watch(client.clone(), &ns).await;
+    let burst = 20;
+    let items: Vec<_> = (0..burst).map(|i| knative_service(&ns, &format!("b{i:02}"), &artifact, "b", None)).collect();
+    stack.kubectl_apply(&json!({ "apiVersion": "v1", "kind": "List", "items": items }));
+    let revisions: Api<Revision> = Api::namespaced(client, &ns);
+    stack
+        .poll("every Revision of the burst Ready and Active", POLL, async || {
+            let list = revisions.list(&Default::default()).await.ok()?;
+            let done = list.items.iter().filter(|r| {
+                r.status
+                    .as_ref()
+                    .is_some_and(|s| s.is_ready(r.metadata.generation) && s.get_condition(revision::ACTIVE).is_some_and(|c| c.is_true()))
+            });
+            (done.count() == burst + 1).then_some(())
+        })
+        .await;
+    // Anything still to come (a late fiberd report, a second reconcile) lands in this time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let listing = writes.listing();
+    assert_eq!(writes.times_only(), Vec::<String>::new(), "statuses rewritten with nothing but new transition times:\n{listing}");
+    let revisions = writes.per_object("Revision", "b");
+    assert_eq!(revisions.len(), burst, "{listing}");
+    // Deploying (no fiberd has reported), then Ready and Active.
+    let more: Vec<_> = revisions.iter().filter(|(_, n)| **n > 2).collect();
+    assert!(more.is_empty(), "Revisions with more statuses than Deploying and Ready: {more:?}\n{listing}");
+    // lampyr-controller's (no instance yet), fiberd's entry, lampyr-controller's Ready;
+    // fiberd may report its warm fiber in a second entry.
+    let homes = writes.per_object("Home", "b");
+    let more: Vec<_> = homes.iter().filter(|(_, n)| **n > 4).collect();
+    assert!(homes.len() == burst && more.is_empty(), "Homes with more statuses than their states: {more:?}\n{listing}");
+}

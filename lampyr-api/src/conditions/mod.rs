@@ -162,6 +162,17 @@ impl Condition {
     }
 }
 
+/// Gives each of `computed` that is in the same state as its type in `stored` the stored
+/// `lastTransitionTime`: a state a computation passed through and left (the happy
+/// condition following each dependent marked in turn) is no transition.
+pub fn keep_transition_times(stored: &[Condition], computed: &mut [Condition]) {
+    for condition in computed {
+        if let Some(old) = get_condition(stored, &condition.type_).filter(|old| old.same_state(condition)) {
+            condition.last_transition_time.clone_from(&old.last_transition_time);
+        }
+    }
+}
+
 /// The condition of type `type_` in `conditions`, if set.
 pub fn get_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

@@ -496,3 +496,27 @@ fn messages_read_like_upstreams() {
         r#"The revision name "hello-v1" is taken by a conflicting Revision, so traffic will not be migrated"#
     );
 }
+
+#[test]
+fn a_state_passed_through_within_one_computation_is_no_transition() {
+    // Stored: A and B Unknown, Ready Unknown with B's (empty) reason, all at 100.
+    let mut stored = Vec::new();
+    let mut m = SET.manage_with_clock(&mut stored, at(100));
+    m.mark_unknown(A, "Deploying", "waiting");
+    m.mark_unknown(B, "Deploying", "");
+    // The same marks a second later: Ready passes through A's message and back.
+    let mut computed = stored.clone();
+    let mut m = SET.manage_with_clock(&mut computed, at(200));
+    m.mark_unknown(A, "Deploying", "waiting");
+    m.mark_unknown(B, "Deploying", "");
+    assert_eq!(get(&computed, "Ready").last_transition_time, Some(at(200)), "the manager alone moves Ready's time");
+    keep_transition_times(&stored, &mut computed);
+    assert_eq!(computed, stored, "nothing changed, so nothing to write");
+
+    // A real change keeps its new time; the unchanged conditions keep theirs.
+    let mut m = SET.manage_with_clock(&mut computed, at(300));
+    m.mark_true(A);
+    keep_transition_times(&stored, &mut computed);
+    assert_eq!(get(&computed, A).last_transition_time, Some(at(300)));
+    assert_eq!(get(&computed, B).last_transition_time, Some(at(100)));
+}

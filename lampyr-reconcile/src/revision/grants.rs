@@ -23,6 +23,7 @@ use lampyr_api::conditions::KnativeStatus;
 use lampyr_api::{CapacityGrant, Home, Revision, keys};
 
 use super::children::controlling_revision;
+use super::own_writes::newer;
 use super::placement::Demand;
 
 /// Most wake-ups waiting to be picked up: beyond it, wake-ups of waiting Revisions are
@@ -86,7 +87,11 @@ impl Grants {
         let key = ObjectRef::from_obj(applied);
         let version = applied.resource_version();
         for _ in 0..400 {
-            if self.homes.get(&key).is_some_and(|h| h.resource_version() == version || newer(&h.resource_version(), &version)) {
+            if self
+                .homes
+                .get(&key)
+                .is_some_and(|h| h.resource_version() == version || newer(h.resource_version().as_deref(), version.as_deref()))
+            {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -221,10 +226,4 @@ async fn wake_on_grants(
             let _ = resize.try_send(namespace);
         }
     }
-}
-
-/// Whether resource version `a` is newer than `b` (both numeric, as etcd's are; else no).
-fn newer(a: &Option<String>, b: &Option<String>) -> bool {
-    let number = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<u64>().ok());
-    matches!((number(a), number(b)), (Some(a), Some(b)) if a > b)
 }

@@ -20,6 +20,7 @@ mod configmap;
 pub mod grants;
 pub mod images;
 pub mod metrics;
+pub mod own_writes;
 pub mod owned;
 pub mod placement;
 pub mod plan;
@@ -216,6 +217,8 @@ pub struct Context {
     autoscaler: Arc<AutoscalerSettings>,
     images: Arc<ImageMapSettings>,
     grants: Arc<grants::Grants>,
+    /// Our status writes (and Home applies) the watches have not shown yet.
+    own_writes: own_writes::OwnWrites,
     /// The Revisions' ExternalName Services, as last observed.
     services: owned::Owned<Service>,
     /// Whether [`watch_settings`] runs for this context.
@@ -241,6 +244,7 @@ impl Context {
             autoscaler: Arc::default(),
             images: Arc::default(),
             grants: Arc::default(),
+            own_writes: own_writes::OwnWrites::default(),
             services: owned::Owned::default(),
             watching_settings: AtomicBool::new(false),
         })
@@ -362,6 +366,11 @@ fn key(rev: &Revision) -> String {
     ObjectRef::from_obj(rev).to_string()
 }
 
+/// The key of the Home of Revision `namespace/name` (they share the name).
+fn home_key(namespace: &str, name: &str) -> String {
+    ObjectRef::<Home>::new(name).within(namespace).to_string()
+}
+
 /// Reconciles one Revision (see the module documentation).
 pub async fn reconcile(rev: Arc<Revision>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
@@ -398,12 +407,19 @@ pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
 }
 
 async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Error> {
-    if rev.metadata.deletion_timestamp.is_some() {
-        // The garbage collector removes the children with it.
-        return Ok(Action::await_change());
-    }
     let ns = rev.namespace().unwrap_or_default();
     let name = rev.name_any();
+    if rev.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes the children with it.
+        ctx.own_writes.forget(&key(rev));
+        ctx.own_writes.forget(&home_key(&ns, &name));
+        return Ok(Action::await_change());
+    }
+    // Read before the watch delivered our last status write: that event reconciles it again.
+    if ctx.own_writes.is_stale(&key(rev), rev.metadata.resource_version.as_deref()) {
+        tracing::debug!(revision = %key(rev), "the watch has not shown our last write yet");
+        return Ok(Action::requeue(STALE_RECHECK));
+    }
     let uid = rev.metadata.uid.clone().unwrap_or_default();
     let homes: Api<Home> = Api::namespaced(ctx.client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
@@ -437,6 +453,10 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     // is applied again, which changes nothing. The Service store holds only Services we
     // manage, so one it lacks is read (a same-named Service someone else made is not ours).
     let mut home = ctx.grants.home(&ns, &name).map(Arc::unwrap_or_clone);
+    if home.as_ref().is_some_and(|h| ctx.own_writes.is_stale(&home_key(&ns, &name), h.metadata.resource_version.as_deref())) {
+        tracing::debug!(revision = %key(rev), "the Home watch has not shown our last write yet");
+        return Ok(Action::requeue(STALE_RECHECK));
+    }
     let service = match ctx.services.get(&ns, &name) {
         Some(service) => Some(Arc::unwrap_or_clone(service)),
         None => services.get_opt(&name).await?,
@@ -472,7 +492,9 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         }
         if desired.placed {
             if !desired.home_current {
-                home = Some(apply(&homes, &name, &desired.home, ctx, "Home").await?);
+                let applied = apply(&homes, &name, &desired.home, ctx, "Home").await?;
+                ctx.own_writes.record(home_key(&ns, &name), applied.metadata.resource_version.as_deref());
+                home = Some(applied);
             }
         } else {
             match place_home(ctx, &homes, &desired.home, desired.demand).await? {
@@ -500,7 +522,8 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         let grant = ctx.grants.grant(&ns, &home.spec.grant_name);
         let computed = status::home_status(home, grant.as_deref(), &now);
         if status::home_status_changed(home.status.as_ref(), &computed) {
-            write_home_status(&homes, home, &computed).await?;
+            let written = write_home_status(&homes, home, &computed).await?;
+            ctx.own_writes.record(home_key(&ns, &name), written.metadata.resource_version.as_deref());
             Metrics::count(&ctx.metrics.status_writes, "object", "home");
         }
         if let (Some(policy), true) = (&policy, propagates_home) {
@@ -519,8 +542,12 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         status::progress_deadline_exceeded(&mut status, deadline, &now);
     }
 
+    if let Some(stored) = rev.status.as_ref() {
+        lampyr_api::conditions::keep_transition_times(&stored.conditions, &mut status.conditions);
+    }
     if rev.status.as_ref() != Some(&status) {
-        write_revision_status(ctx, &ns, &name, rev.status.as_ref(), &status).await?;
+        let written = write_revision_status(ctx, &ns, &name, rev.status.as_ref(), &status).await?;
+        ctx.own_writes.record(key(rev), written.metadata.resource_version.as_deref());
         let before = rev.status.as_ref().and_then(|s| s.annotations.get(keys::IMAGE_MAPPED));
         if let Some(mapping) = status.annotations.get(keys::IMAGE_MAPPED).filter(|now| Some(*now) != before) {
             images::publish_mapped(&ctx.client, rev, mapping).await;
@@ -550,6 +577,10 @@ async fn size_shared_grants(ctx: Arc<Context>, namespaces: impl Stream<Item = St
         }
     }
 }
+
+/// When a Revision read before the watch showed our last write looks again if that
+/// write's own event has not woken it by then.
+const STALE_RECHECK: Duration = Duration::from_secs(1);
 
 /// How often a Revision waiting for room looks again when nothing wakes it.
 const WAITING_RECHECK: Duration = Duration::from_secs(30);
@@ -654,7 +685,7 @@ where
     Ok(applied)
 }
 
-async fn write_home_status(homes: &Api<Home>, home: &Home, computed: &HomeStatus) -> Result<(), Error> {
+async fn write_home_status(homes: &Api<Home>, home: &Home, computed: &HomeStatus) -> Result<Home, Error> {
     // Only the fields this controller owns: each fiberd owns its `instances` entry.
     let owned = HomeStatus { instances: Vec::new(), ..computed.clone() };
     let body = serde_json::json!({
@@ -663,8 +694,7 @@ async fn write_home_status(homes: &Api<Home>, home: &Home, computed: &HomeStatus
         "metadata": { "name": home.name_any() },
         "status": owned,
     });
-    homes.patch_status(&home.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
-    Ok(())
+    Ok(homes.patch_status(&home.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?)
 }
 
 async fn write_revision_status(
@@ -673,7 +703,7 @@ async fn write_revision_status(
     name: &str,
     stored: Option<&RevisionStatus>,
     status: &RevisionStatus,
-) -> Result<(), Error> {
+) -> Result<Revision, Error> {
     let mut value = serde_json::to_value(status).map_err(|source| Error::Serialize { what: "Revision status", source })?;
     // A merge patch keeps what it does not mention: clear fields that were dropped.
     if let (Some(stored), Some(map)) = (stored, value.as_object_mut()) {
@@ -683,8 +713,7 @@ async fn write_revision_status(
         }
     }
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
-    revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": value }))).await?;
-    Ok(())
+    Ok(revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": value }))).await?)
 }
 
 #[cfg(test)]

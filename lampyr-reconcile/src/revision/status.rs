@@ -2,10 +2,11 @@
 //! its grant and its fiberd instances, and the Revision's conditions from the
 //! artifact, the translation and the Home. `lastTransitionTime` comes from the
 //! clock given and changes only when a condition changes (the condition
-//! manager's rule), so recomputing an unchanged state writes nothing.
+//! manager's rule, kept across a whole computation by `keep_transition_times`), so
+//! recomputing an unchanged state writes nothing.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use lampyr_api::conditions::{CONDITION_READY, Condition, KnativeStatus, revision};
+use lampyr_api::conditions::{CONDITION_READY, Condition, KnativeStatus, keep_transition_times, revision};
 use lampyr_api::fiber::home;
 use lampyr_api::policy::FiberPolicy;
 use lampyr_api::{CapacityGrant, ContainerStatus, Home, HomeStatus, RevisionStatus};
@@ -77,6 +78,9 @@ pub fn home_status(home: &Home, grant: Option<&CapacityGrant>, now: &Time) -> Ho
         m.mark_true(home::ACTIVE);
     } else {
         m.mark_false(home::ACTIVE, revision::REASON_NO_TRAFFIC, revision::MESSAGE_NO_TRAFFIC);
+    }
+    if let Some(stored) = home.status.as_ref() {
+        keep_transition_times(&stored.conditions, &mut status.conditions);
     }
     status
 }
@@ -386,6 +390,20 @@ mod tests {
         propagate_home(&mut status, &refused, &policy(), &at(3));
         let ready = rev_cond(&status, CONDITION_READY);
         assert!(ready.is_false() && ready.reason == "ImageNotAllowed", "{ready:?}");
+    }
+
+    #[test]
+    fn a_revision_still_deploying_a_minute_later_has_nothing_new_to_write() {
+        let g = grant(Some("True"));
+        let deploying = home_status(&home_with(vec![]), Some(&g), &at(0));
+        let mut first = begin(None, 1, &at(0));
+        propagate_home(&mut first, &deploying, &policy(), &at(0));
+        // The same observation later: Ready passes through ResourcesAvailable's message
+        // and back to ContainerHealthy's on the way, which alone is no transition.
+        let mut again = begin(Some(&first), 1, &at(60));
+        propagate_home(&mut again, &deploying, &policy(), &at(60));
+        keep_transition_times(&first.conditions, &mut again.conditions);
+        assert_eq!(again, first);
     }
 
     #[test]
