@@ -6,10 +6,12 @@
 //! - [`grant`]: the grant controller.
 //! - [`admin`]: the `/metrics`, `/healthz` and `/readyz` server.
 //! - [`leader`]: leader election on a Lease.
+//! - [`listed`]: whether watches have listed, for many waiters.
 //! - [`runner`]: what the controller binaries share.
 
 pub mod admin;
 pub mod grant;
 pub mod leader;
+pub mod listed;
 pub mod revision;
 pub mod runner;

@@ -20,6 +20,7 @@ use super::identity::{IdentityStores, ensure_identity};
 use super::images::{ImageRefused, check_images, registry_ca, template_repositories};
 use super::pods::{GRANT_LABEL, PodSettings, desired_pods, pod_spec_hash};
 use super::status::{allocation, grant_status, same_but_allocation};
+use crate::listed::Listed;
 
 /// The field manager of everything the grant controller writes.
 pub const FIELD_MANAGER: &str = "fiberd-k8s-controller";
@@ -54,8 +55,16 @@ pub struct GrantContext {
     policies: Store<GrantPolicy>,
     pods: Store<Pod>,
     homes: Store<Home>,
+    /// Whether the GrantPolicy, Pod and Home watches have listed once.
+    listed: Listed,
     identity: IdentityStores,
 }
+
+/// How long a reconcile waits for the watches to list before it gives up and retries.
+const LISTING: Duration = Duration::from_secs(30);
+
+/// When a reconcile that gave up waiting for the watches runs again.
+const LISTING_RETRY: Duration = Duration::from_secs(5);
 
 /// Least time between two status writes of one grant that change only its allocation.
 const ALLOCATION_INTERVAL: Duration = Duration::from_secs(1);
@@ -74,6 +83,7 @@ pub async fn run_grant_controller(
 ) {
     let (policies, writer) = reflector::store();
     let policy_changes = reflector::reflector(writer, watcher(Api::<GrantPolicy>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
         .touched_objects()
         .filter_map(|event| async move { event.ok().map(|_| ()) });
     let (identity, watches) = IdentityStores::watch(&client, &settings);
@@ -90,7 +100,16 @@ pub async fn run_grant_controller(
     let home_events = reflector::reflector(home_writer, watcher(Api::<Home>::all(client.clone()), watcher::Config::default()))
         .default_backoff()
         .touched_objects();
-    let context = Arc::new(GrantContext { client: client.clone(), written: Mutex::default(), settings, policies, pods, homes, identity });
+    let listed = {
+        let (policies, pods, homes) = (policies.clone(), pods.clone(), homes.clone());
+        Listed::spawn(async move {
+            let _ = policies.wait_until_ready().await;
+            let _ = pods.wait_until_ready().await;
+            let _ = homes.wait_until_ready().await;
+        })
+    };
+    let context =
+        Arc::new(GrantContext { client: client.clone(), written: Mutex::default(), settings, policies, pods, homes, listed, identity });
     Controller::new(Api::<CapacityGrant>::all(client), watcher::Config::default())
         .owns_stream(pod_events)
         // A Home's placement and usage count toward its grant's allocation.
@@ -122,14 +141,12 @@ pub async fn reconcile(grant: Arc<CapacityGrant>, context: Arc<GrantContext>) ->
     let (Some(namespace), Some(name)) = (grant.namespace(), grant.metadata.name.clone()) else {
         return Err(GrantError::Unnamed);
     };
-    // The stores fill as the controller polls its triggers: before they have listed, a Pod
-    // they do not show may exist, and status would count none.
-    let listed = async {
-        let _ = context.pods.wait_until_ready().await;
-        let _ = context.homes.wait_until_ready().await;
-    };
-    if tokio::time::timeout(Duration::from_secs(30), listed).await.is_err() {
-        tracing::warn!("the Pod and Home watches have not listed within 30 s; reconciling with what they show");
+    // The stores fill as the controller polls its triggers: before they have listed, a
+    // policy they do not show may allow the grant and a Pod they do not show may exist,
+    // so nothing is decided (no Pod deleted as refused or missing) until they have.
+    if tokio::time::timeout(LISTING, context.listed.wait()).await.is_err() {
+        tracing::warn!(grant = %format!("{namespace}/{name}"), "the GrantPolicy, Pod and Home watches have not listed within {LISTING:?}; will retry");
+        return Ok(Action::requeue(LISTING_RETRY));
     }
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let existing: Vec<Pod> = context
