@@ -477,8 +477,8 @@ async fn a_burst_of_services_writes_each_status_once_per_state() {
     // Deploying (no fiberd has reported), then Ready and Active.
     let more: Vec<_> = revisions.iter().filter(|(_, n)| **n > 2).collect();
     assert!(more.is_empty(), "Revisions with more statuses than Deploying and Ready: {more:?}\n{listing}");
-    // lampyr-controller's (no instance yet), fiberd's entry, lampyr-controller's Ready;
-    // fiberd may report its warm fiber in a second entry.
+    // fiberd's entry, lampyr-controller's Ready, and fiberd's warm fiber in a second entry;
+    // lampyr-controller's `NoInstances` before them when fiberd takes over 5 s to report.
     let homes = writes.per_object("Home", "b");
     let more: Vec<_> = homes.iter().filter(|(_, n)| **n > 4).collect();
     assert!(homes.len() == burst && more.is_empty(), "Homes with more statuses than their states: {more:?}\n{listing}");

@@ -518,10 +518,13 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     ctx.grants.set_waiting(&ns, &name, waiting);
 
     // 5 + 6. The Home's status from its grant and instances; the Revision's from the Home.
+    // A new Home's first status waits a moment for fiberd's report, which replaces it.
+    let mut first_status_held = None;
     if !not_owned && let Some(home) = home.as_ref() {
         let grant = ctx.grants.grant(&ns, &home.spec.grant_name);
         let computed = status::home_status(home, grant.as_deref(), &now);
-        if status::home_status_changed(home.status.as_ref(), &computed) {
+        first_status_held = status::first_status_held(home, &computed, &now);
+        if first_status_held.is_none() && status::home_status_changed(home.status.as_ref(), &computed) {
             let written = write_home_status(&homes, home, &computed).await?;
             ctx.own_writes.record(home_key(&ns, &name), written.metadata.resource_version.as_deref());
             Metrics::count(&ctx.metrics.status_writes, "object", "home");
@@ -554,16 +557,18 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         }
         Metrics::count(&ctx.metrics.status_writes, "object", "revision");
     }
+    // A held Home status is written then if fiberd's report (which wakes it sooner) does not come.
+    let resync = first_status_held.map_or(ctx.config.resync, |left| left.min(ctx.config.resync));
     match retry {
         Some(problem) => Err(Error::Artifact(problem)),
         // Woken when a Home or grant of the namespace changes; this is the fallback.
-        None if waiting => Ok(Action::requeue(WAITING_RECHECK.min(ctx.config.resync))),
+        None if waiting => Ok(Action::requeue(WAITING_RECHECK.min(resync))),
         // Look again when the deadline passes if nothing else happens by then.
         None if !status::initialized(&status) => match deadline_in.filter(|left| !left.is_zero()) {
-            Some(left) => Ok(Action::requeue(left.min(ctx.config.resync))),
-            None => Ok(Action::requeue(ctx.config.resync)),
+            Some(left) => Ok(Action::requeue(left.min(resync))),
+            None => Ok(Action::requeue(resync)),
         },
-        None => Ok(Action::requeue(ctx.config.resync)),
+        None => Ok(Action::requeue(resync)),
     }
 }
 
@@ -668,10 +673,7 @@ fn progress_deadline(rev: &Revision, default: Duration) -> Duration {
 /// Time left until `deadline` after the Revision's creation (zero once it has
 /// passed); `None` when it has no creation time.
 fn time_left(rev: &Revision, deadline: Duration, now: &Time) -> Option<Duration> {
-    let created = rev.metadata.creation_timestamp.as_ref()?.0;
-    let age = now.0.duration_since(created);
-    let age = Duration::try_from(age).unwrap_or(Duration::ZERO);
-    Some(deadline.saturating_sub(age))
+    Some(deadline.saturating_sub(status::age(&rev.metadata, now)?))
 }
 
 async fn apply<K>(api: &Api<K>, name: &str, desired: &K, ctx: &Context, kind: &'static str) -> Result<K, Error>

@@ -5,7 +5,9 @@
 //! manager's rule, kept across a whole computation by `keep_transition_times`), so
 //! recomputing an unchanged state writes nothing.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use lampyr_api::conditions::{CONDITION_READY, Condition, KnativeStatus, keep_transition_times, revision};
 use lampyr_api::fiber::home;
 use lampyr_api::policy::FiberPolicy;
@@ -124,6 +126,30 @@ fn template_loaded(status: &HomeStatus, generation: i64) -> Template {
         return Template::Failed(failed.join("; "));
     }
     Template::Loading(status.instances.len())
+}
+
+/// How long after a Home's creation lampyr-controller holds back its first status while
+/// the grant is ready and fiberd has not reported yet ([`first_status_held`]).
+pub const FIRST_REPORT_GRACE: Duration = Duration::from_secs(5);
+
+/// How much longer a new Home's first status is held back, if it is: nothing has been
+/// written yet, its grant is ready and no fiberd instance has reported, within
+/// [`FIRST_REPORT_GRACE`] of its creation. That status (`TemplateLoaded` Unknown,
+/// `NoInstances`) is what fiberd's report replaces a moment later; a Home still
+/// unreported after the grace gets it, with the reason.
+pub fn first_status_held(home: &Home, computed: &HomeStatus, now: &Time) -> Option<Duration> {
+    let written = home.status.as_ref().is_some_and(|s| !s.conditions.is_empty());
+    let grant_ready = computed.get_condition(home::GRANT_READY).is_some_and(Condition::is_true);
+    if written || !grant_ready || !computed.instances.is_empty() {
+        return None;
+    }
+    FIRST_REPORT_GRACE.checked_sub(age(&home.metadata, now)?).filter(|left| !left.is_zero())
+}
+
+/// Time since the object's creation, by `now` (zero when its clock is ahead).
+pub fn age(meta: &ObjectMeta, now: &Time) -> Option<Duration> {
+    let created = meta.creation_timestamp.as_ref()?.0;
+    Some(Duration::try_from(now.0.duration_since(created)).unwrap_or(Duration::ZERO))
 }
 
 /// Whether the Home's owned status differs from what is stored (instances are not ours).
@@ -351,6 +377,30 @@ mod tests {
         assert!(home_status_changed(h.status.as_ref(), &warm));
         assert_eq!(cond(&warm, home::ACTIVE).last_transition_time, Some(at(60)));
         assert_eq!(cond(&warm, home::GRANT_READY).last_transition_time, Some(at(0)));
+    }
+
+    #[test]
+    fn a_new_homes_first_status_waits_for_fibers_report_within_the_grace() {
+        let g = grant(Some("True"));
+        let mut h = home_with(vec![]);
+        h.metadata.creation_timestamp = Some(at(0));
+        let computed = home_status(&h, Some(&g), &at(1));
+        assert_eq!(first_status_held(&h, &computed, &at(1)), Some(FIRST_REPORT_GRACE - Duration::from_secs(1)));
+        assert_eq!(first_status_held(&h, &computed, &at(5)), None, "still unreported after the grace");
+
+        let missing = home_status(&h, None, &at(1));
+        assert_eq!(first_status_held(&h, &missing, &at(1)), None, "a missing grant is said at once");
+        let pending = home_status(&h, Some(&grant(None)), &at(1));
+        assert_eq!(first_status_held(&h, &pending, &at(1)), None, "so is a grant not reported on");
+
+        let mut reported = home_with(vec![instance("a", 2, false, 0, None)]);
+        reported.metadata.creation_timestamp = Some(at(0));
+        let computed = home_status(&reported, Some(&g), &at(1));
+        assert_eq!(first_status_held(&reported, &computed, &at(1)), None, "fiberd's report is written over at once");
+
+        h.status.as_mut().unwrap().conditions = home_status(&h, Some(&g), &at(0)).conditions;
+        let computed = home_status(&h, Some(&g), &at(1));
+        assert_eq!(first_status_held(&h, &computed, &at(1)), None, "only the first status is held");
     }
 
     fn policy() -> FiberPolicy {
