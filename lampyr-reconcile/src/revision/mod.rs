@@ -409,15 +409,17 @@ pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
 async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Error> {
     let ns = rev.namespace().unwrap_or_default();
     let name = rev.name_any();
+    // The own-writes keys of the Revision and of its Home (they share the name).
+    let (rev_key, home_key) = (key(rev), home_key(&ns, &name));
     if rev.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the children with it.
-        ctx.own_writes.forget(&key(rev));
-        ctx.own_writes.forget(&home_key(&ns, &name));
+        ctx.own_writes.forget(&rev_key);
+        ctx.own_writes.forget(&home_key);
         return Ok(Action::await_change());
     }
     // Read before the watch delivered our last status write: that event reconciles it again.
-    if ctx.own_writes.is_stale(&key(rev), rev.metadata.resource_version.as_deref()) {
-        tracing::debug!(revision = %key(rev), "the watch has not shown our last write yet");
+    if ctx.own_writes.is_stale(&rev_key, rev.metadata.resource_version.as_deref()) {
+        tracing::debug!(revision = %rev_key, "the watch has not shown our last write yet");
         return Ok(Action::requeue(STALE_RECHECK));
     }
     let uid = rev.metadata.uid.clone().unwrap_or_default();
@@ -442,7 +444,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     };
     match &resolved {
         Ok((artifact, pulled)) => {
-            tracing::debug!(revision = %key(rev), reference = %artifact.reference, pulled, "artifact verified");
+            tracing::debug!(revision = %rev_key, reference = %artifact.reference, pulled, "artifact verified");
             if *pulled {
                 Metrics::count(&ctx.metrics.artifact_pulls, "outcome", "verified");
             }
@@ -453,8 +455,8 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     // is applied again, which changes nothing. The Service store holds only Services we
     // manage, so one it lacks is read (a same-named Service someone else made is not ours).
     let mut home = ctx.grants.home(&ns, &name).map(Arc::unwrap_or_clone);
-    if home.as_ref().is_some_and(|h| ctx.own_writes.is_stale(&home_key(&ns, &name), h.metadata.resource_version.as_deref())) {
-        tracing::debug!(revision = %key(rev), "the Home watch has not shown our last write yet");
+    if home.as_ref().is_some_and(|h| ctx.own_writes.is_stale(&home_key, h.metadata.resource_version.as_deref())) {
+        tracing::debug!(revision = %rev_key, "the Home watch has not shown our last write yet");
         return Ok(Action::requeue(STALE_RECHECK));
     }
     let service = match ctx.services.get(&ns, &name) {
@@ -480,7 +482,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     // Plan, then apply: never touching a child this Revision does not control.
     let plan = plan::plan(&observed);
     if let (true, Some(problem)) = (plan.kept, &plan.retry) {
-        tracing::warn!(revision = %key(rev), %problem, "cannot re-verify the artifact; keeping the Revision's state");
+        tracing::warn!(revision = %rev_key, %problem, "cannot re-verify the artifact; keeping the Revision's state");
     }
     let propagates_home = plan.propagates_home();
     let plan::Plan { mut status, retry, policy, children, .. } = plan;
@@ -493,7 +495,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         if desired.placed {
             if !desired.home_current {
                 let applied = apply(&homes, &name, &desired.home, ctx, "Home").await?;
-                ctx.own_writes.record(home_key(&ns, &name), applied.metadata.resource_version.as_deref());
+                ctx.own_writes.record(home_key.clone(), applied.metadata.resource_version.as_deref());
                 home = Some(applied);
             }
         } else {
@@ -501,11 +503,11 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
                 Ok(applied) => home = Some(applied),
                 // Still on an older version's grant: it keeps serving from there meanwhile.
                 Err(unplaceable) if home.is_some() => {
-                    tracing::warn!(revision = %key(rev), %unplaceable, "cannot move off the per-Revision grant yet");
+                    tracing::warn!(revision = %rev_key, %unplaceable, "cannot move off the per-Revision grant yet");
                     waiting = true;
                 }
                 Err(unplaceable) => {
-                    tracing::info!(revision = %key(rev), %unplaceable, "waiting for room");
+                    tracing::info!(revision = %rev_key, %unplaceable, "waiting for room");
                     status::resources_failed(&mut status, status::REASON_UNSCHEDULABLE, &unplaceable.to_string(), &now);
                     waiting = true;
                 }
@@ -526,7 +528,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
         first_status_held = status::first_status_held(home, &computed, &now);
         if first_status_held.is_none() && status::home_status_changed(home.status.as_ref(), &computed) {
             let written = write_home_status(&homes, home, &computed).await?;
-            ctx.own_writes.record(home_key(&ns, &name), written.metadata.resource_version.as_deref());
+            ctx.own_writes.record(home_key.clone(), written.metadata.resource_version.as_deref());
             Metrics::count(&ctx.metrics.status_writes, "object", "home");
         }
         if let (Some(policy), true) = (&policy, propagates_home) {
@@ -550,7 +552,7 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     }
     if rev.status.as_ref() != Some(&status) {
         let written = write_revision_status(ctx, &ns, &name, rev.status.as_ref(), &status).await?;
-        ctx.own_writes.record(key(rev), written.metadata.resource_version.as_deref());
+        ctx.own_writes.record(rev_key.clone(), written.metadata.resource_version.as_deref());
         let before = rev.status.as_ref().and_then(|s| s.annotations.get(keys::IMAGE_MAPPED));
         if let Some(mapping) = status.annotations.get(keys::IMAGE_MAPPED).filter(|now| Some(*now) != before) {
             images::publish_mapped(&ctx.client, rev, mapping).await;
