@@ -6,6 +6,8 @@
 //! hold a shared lock on the cache's `.lock` while they write; pruning takes it
 //! exclusively (and gives up when a pull is running) and takes each entry's lease file
 //! exclusively before removing the entry, so nothing leased or half-pulled is removed.
+//! A child forked while a lease or pull is live holds a copy of its lock until it execs; a
+//! prune in that moment keeps the entry (or reports the cache busy): it errs on keeping.
 
 use std::collections::HashSet;
 use std::fs::{self, File, TryLockError};
