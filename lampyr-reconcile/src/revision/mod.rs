@@ -37,7 +37,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -453,20 +453,19 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     }
     // The children as last observed: a Home an earlier write of ours has not reached yet
     // is applied again, which changes nothing. The Service store holds only Services we
-    // manage, so one it lacks is read (a same-named Service someone else made is not ours).
+    // manage; one it lacks is created once the plan deploys (below).
     let mut home = ctx.grants.home(&ns, &name).map(Arc::unwrap_or_clone);
     if home.as_ref().is_some_and(|h| ctx.own_writes.is_stale(&home_key, h.metadata.resource_version.as_deref())) {
         tracing::debug!(revision = %rev_key, "the Home watch has not shown our last write yet");
         return Ok(Action::requeue(STALE_RECHECK));
     }
-    let service = match ctx.services.get(&ns, &name) {
-        Some(service) => Some(Arc::unwrap_or_clone(service)),
-        None => services.get_opt(&name).await?,
-    };
+    let service = ctx.services.get(&ns, &name).map(Arc::unwrap_or_clone);
+    // Declared before `observed`, which borrows it once it is set.
+    let created: Service;
     // A grant named like the Revision and controlled by it: an older version's per-Revision grant.
     let legacy = ctx.grants.grant(&ns, &name).filter(|g| children::ownership(Some(g.as_ref()), &uid) == Ownership::Ours);
     let autoscaler = ctx.autoscaler.current();
-    let observed = plan::Observed {
+    let mut observed = plan::Observed {
         revision: rev,
         now: Time(Timestamp::now()),
         reference,
@@ -479,8 +478,16 @@ async fn reconcile_revision(rev: &Revision, ctx: &Context) -> Result<Action, Err
     };
     let now = observed.now.clone();
 
-    // Plan, then apply: never touching a child this Revision does not control.
-    let plan = plan::plan(&observed);
+    // Plan, then apply: never touching a child this Revision does not control. A Service
+    // the store lacks is created first (or, when one is there, read), and the plan made
+    // again with it: a same-named Service someone else made stops the Revision before its
+    // Home is applied.
+    let mut plan = plan::plan(&observed);
+    if let (None, plan::Children::Deploy(desired)) = (&observed.service, &plan.children) {
+        created = create_or_read(&services, &name, &desired.service, ctx).await?;
+        observed.service = Some(&created);
+        plan = plan::plan(&observed);
+    }
     if let (true, Some(problem)) = (plan.kept, &plan.retry) {
         tracing::warn!(revision = %rev_key, %problem, "cannot re-verify the artifact; keeping the Revision's state");
     }
@@ -687,6 +694,21 @@ where
     Metrics::count(&ctx.metrics.child_applies, "kind", kind);
     tracing::info!(kind, name, "applied");
     Ok(applied)
+}
+
+/// Creates the Revision's Service, or reads the one of its name already there (ours the
+/// store has not shown yet, or someone else's): one request where reading first took two.
+async fn create_or_read(api: &Api<Service>, name: &str, desired: &Service, ctx: &Context) -> Result<Service, Error> {
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PostParams::default() };
+    match api.create(&params, desired).await {
+        Ok(created) => {
+            Metrics::count(&ctx.metrics.child_applies, "kind", "Service");
+            tracing::info!(kind = "Service", name, "created");
+            Ok(created)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(api.get(name).await?),
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn write_home_status(homes: &Api<Home>, home: &Home, computed: &HomeStatus) -> Result<Home, Error> {
