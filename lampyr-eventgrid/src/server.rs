@@ -2,48 +2,63 @@
 //! AzureEventGridSource; handshakes are answered, events sent to the source's sink one by
 //! one in delivery order. A delivery is acknowledged (200) only when every event of it was
 //! delivered, so Event Grid retries the rest; `/healthz` answers for probes. At most
-//! [`MAX_CONNECTIONS`] connections are served at once.
+//! [`MAX_CONNECTIONS`] connections are served at once, a head must arrive within
+//! [`HEADER_TIMEOUT`] and a body within [`BODY_TIMEOUT`] after it.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use lampyr_process::serve::{ServeLimits, serve_http};
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
 use crate::delivery::{self, Delivery, MAX_BODY};
-use crate::send::{SinkClient, send, sink_client};
+use crate::send::{SEND_TIMEOUT, SinkClient, send, sink_client};
 use crate::sources::Sinks;
 
 /// Connections served at once; more wait in the listen backlog (Event Grid retries what times out).
 pub const MAX_CONNECTIONS: usize = 256;
+/// Longest wait for a delivery's head; a connection still sending one then is closed.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for a delivery's body once its head arrived; a slower one is answered `408`
+/// (Event Grid retries it), so a stalled client cannot hold one of the connections for good.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest delivery head served.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// The adapter, bound and not yet serving.
 pub struct Adapter {
     listener: TcpListener,
-    state: Arc<State>,
+    state: State,
+    limits: ServeLimits,
 }
 
 struct State {
     sinks: Sinks,
     client: SinkClient,
+    body_timeout: Duration,
 }
 
 impl Adapter {
     /// Binds `addr`; deliveries go to the sinks `sinks` holds.
     pub async fn bind(addr: SocketAddr, sinks: Sinks) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
-        Ok(Adapter { listener, state: Arc::new(State { sinks, client: sink_client() }) })
+        let limits = ServeLimits { max_connections: MAX_CONNECTIONS, header_timeout: HEADER_TIMEOUT, drain_timeout: SEND_TIMEOUT };
+        Ok(Adapter { listener, state: State { sinks, client: sink_client(), body_timeout: BODY_TIMEOUT }, limits })
+    }
+
+    /// Serves within `limits`, reading each body for at most `body_timeout`, instead of
+    /// [`MAX_CONNECTIONS`], [`HEADER_TIMEOUT`], [`BODY_TIMEOUT`] and a drain of [`SEND_TIMEOUT`].
+    pub fn with_limits(mut self, limits: ServeLimits, body_timeout: Duration) -> Self {
+        self.limits = limits;
+        self.state.body_timeout = body_timeout;
+        self
     }
 
     /// The bound address.
@@ -51,42 +66,14 @@ impl Adapter {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` completes, then lets open deliveries finish (at most 30 seconds).
+    /// Serves until `shutdown` completes, then lets open deliveries finish (at most [`SEND_TIMEOUT`]).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let graceful = GracefulShutdown::new();
-        let builder = auto::Builder::new(TokioExecutor::new());
-        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-        tokio::pin!(shutdown);
-        loop {
-            let permit = tokio::select! {
-                permit = Arc::clone(&limit).acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
-                () = &mut shutdown => break,
-            };
-            let (stream, _) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(err) => {
-                        tracing::warn!(%err, "eventgrid-adapter: accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            let state = self.state.clone();
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(state.handle(req).await) }
-            });
-            let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
-            tokio::spawn(async move {
-                if let Err(err) = conn.await {
-                    tracing::debug!(%err, "eventgrid-adapter: connection ended with an error");
-                }
-                drop(permit);
-            });
-        }
-        let _ = tokio::time::timeout(crate::send::SEND_TIMEOUT, graceful.shutdown()).await;
+        let state = Arc::new(self.state);
+        let handle = move |req: Request<Incoming>| {
+            let state = Arc::clone(&state);
+            async move { state.handle(req).await }
+        };
+        serve_http("eventgrid-adapter", self.listener, &self.limits, MAX_HEAD_BYTES, shutdown, handle).await;
     }
 }
 
@@ -106,9 +93,13 @@ impl State {
             Some(target) => target,
         };
         let (method, headers) = (req.method().clone(), req.headers().clone());
-        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(e) => {
+        let body = match tokio::time::timeout(self.body_timeout, Limited::new(req.into_body(), MAX_BODY).collect()).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Err(_) => {
+                let wait = self.body_timeout;
+                return text(StatusCode::REQUEST_TIMEOUT, &format!("the delivery's body did not arrive within {wait:?}\n"));
+            }
+            Ok(Err(e)) => {
                 return text(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     &format!("the delivery is over Event Grid's {MAX_BODY} bytes or broken: {e}\n"),

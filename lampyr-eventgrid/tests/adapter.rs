@@ -140,3 +140,38 @@ async fn failures_are_answered_so_event_grid_retries_or_gives_up() {
     let (status, _) = deliver(addr, "/shop/refused", "Notification", &oversized).await;
     assert_eq!(status, 413, "over Event Grid's 1 MB");
 }
+
+#[tokio::test]
+async fn a_stalled_head_is_closed_and_a_stalled_body_answered_408_while_others_are_served() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (url, received) = sink(202).await;
+    let sinks = Sinks::default();
+    sinks.set("shop", "orders", Some(Ok(Target { sink: url, extensions: BTreeMap::new() })));
+    let limits = lampyr_process::serve::ServeLimits {
+        max_connections: 4,
+        header_timeout: std::time::Duration::from_millis(300),
+        drain_timeout: std::time::Duration::from_secs(1),
+    };
+    let adapter = Adapter::bind("127.0.0.1:0".parse().expect("addr"), sinks).await.expect("bind");
+    let addr = adapter.local_addr().expect("addr");
+    tokio::spawn(adapter.with_limits(limits, std::time::Duration::from_millis(300)).serve(std::future::pending()));
+    let patience = std::time::Duration::from_secs(20);
+
+    let mut stalled_head = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stalled_head.write_all(b"POST /shop/orders HTTP/1.1\r\nHost: adapter\r\n").await.expect("write");
+    let mut stalled_body = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = "POST /shop/orders HTTP/1.1\r\nHost: adapter\r\naeg-event-type: Notification\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n[";
+    stalled_body.write_all(head.as_bytes()).await.expect("write");
+
+    let (status, body) = deliver(addr, "/shop/orders", "Notification", &json!([order(1)])).await;
+    assert_eq!(status, 200, "a delivery beside the stalled ones: {body}");
+
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(patience, stalled_head.read_to_end(&mut answer)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "the stalled head's connection is closed without an answer: {closed:?}");
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(patience, stalled_body.read(&mut answer)).await.expect("an answer to the stalled body");
+    let answer = String::from_utf8_lossy(&answer[..read.expect("read")]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "the stalled body answered {answer:?}");
+    assert_eq!(received.lock().expect("lock").len(), 1, "only the complete delivery reached the sink");
+}

@@ -14,7 +14,8 @@
 //! - flag values read one way in every binary: [`flags`];
 //! - shutdown: SIGTERM or Ctrl-C, [`shutdown_signal`];
 //! - a replica's identity (in a leader-election Lease), [`default_identity`];
-//! - a workload's registry credentials, from its pull Secrets: [`pull_secrets`].
+//! - a workload's registry credentials, from its pull Secrets: [`pull_secrets`];
+//! - accepting HTTP connections, bounded and with a deadline for request heads: [`serve`].
 //!
 //! It prints nothing and never exits the process: it logs through `tracing`
 //! and hands errors and exit codes back to `main`.
@@ -28,6 +29,7 @@ use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigEr
 
 pub mod flags;
 pub mod pull_secrets;
+pub mod serve;
 
 /// Why no Kubernetes client could be built; the message names the kubeconfig and what to do.
 #[derive(Debug, thiserror::Error)]

@@ -22,19 +22,16 @@
 //! # Ok(()) }
 //! ```
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use lampyr_process::serve::{ServeLimits, serve_http};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
@@ -99,10 +96,20 @@ impl Readiness {
     }
 }
 
+/// Connections the admin server serves at once (probes and scrapes); more wait in the backlog.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Longest wait for a request head; a connection still sending one then is closed.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait on shutdown for requests in flight.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest request head served (probes and scrapes send a few hundred bytes).
+const MAX_HEAD_BYTES: usize = 8 * 1024;
+
 /// The admin server, bound and not yet serving.
 pub struct AdminServer {
     listener: TcpListener,
     state: Arc<State>,
+    limits: ServeLimits,
 }
 
 struct State {
@@ -114,7 +121,14 @@ impl AdminServer {
     /// Binds `addr` (port 0 picks a free port; see [`AdminServer::local_addr`]).
     pub async fn bind(addr: SocketAddr, registry: Registry, health: Health) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
-        Ok(AdminServer { listener, state: Arc::new(State { registry, health }) })
+        let limits = ServeLimits { max_connections: MAX_CONNECTIONS, header_timeout: HEADER_TIMEOUT, drain_timeout: DRAIN_TIMEOUT };
+        Ok(AdminServer { listener, state: Arc::new(State { registry, health }), limits })
+    }
+
+    /// Serves within `limits` instead of [`MAX_CONNECTIONS`], [`HEADER_TIMEOUT`] and a 5 s drain.
+    pub fn with_limits(mut self, limits: ServeLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The bound address.
@@ -125,36 +139,12 @@ impl AdminServer {
     /// Serves until `shutdown` completes, then lets open connections finish
     /// their request (at most 5 seconds) and returns.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let graceful = GracefulShutdown::new();
-        let builder = auto::Builder::new(TokioExecutor::new());
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, _) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(err) => {
-                        // EMFILE and friends: wait a little instead of spinning.
-                        tracing::warn!(%err, "admin server: accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            let state = self.state.clone();
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(state.handle(&req)) }
-            });
-            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-            let conn = graceful.watch(conn);
-            tokio::spawn(async move {
-                if let Err(err) = conn.await {
-                    tracing::debug!(%err, "admin server: connection ended with an error");
-                }
-            });
-        }
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown()).await;
+        let state = self.state;
+        let handle = move |req: Request<Incoming>| {
+            let state = Arc::clone(&state);
+            async move { state.handle(&req) }
+        };
+        serve_http("admin", self.listener, &self.limits, MAX_HEAD_BYTES, shutdown, handle).await;
     }
 }
 
@@ -246,5 +236,31 @@ mod tests {
         stop.send(()).unwrap();
         task.await.unwrap();
         assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed after shutdown");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_never_finishes_its_head_is_closed_and_probes_are_still_answered() {
+        let limits = ServeLimits {
+            max_connections: 2,
+            header_timeout: std::time::Duration::from_millis(300),
+            drain_timeout: std::time::Duration::from_secs(1),
+        };
+        let server = AdminServer::bind("127.0.0.1:0".parse().unwrap(), Registry::default(), Health::default()).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(server.with_limits(limits).serve(std::future::pending::<()>()));
+        // Two stalled clients hold both places; each is closed at the header timeout.
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+            stalled.push(s);
+        }
+        for mut s in stalled {
+            let mut rest = Vec::new();
+            let closed = tokio::time::timeout(std::time::Duration::from_secs(20), s.read_to_end(&mut rest)).await;
+            assert!(matches!(closed, Ok(Ok(0))), "a stalled connection is closed without an answer: {closed:?}");
+        }
+        let probe = tokio::time::timeout(std::time::Duration::from_secs(20), get(addr, "/healthz")).await;
+        assert_eq!(probe.unwrap().0, 200, "a probe after the stalled connections");
     }
 }

@@ -29,12 +29,10 @@ use crate::body::{self, Body};
 use arc_swap::ArcSwap;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::TokioIo;
+use lampyr_process::serve::{self, ServeLimits};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::forwarded::Hop;
@@ -221,50 +219,27 @@ impl Router {
         tls: Option<tokio_rustls::TlsAcceptor>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
-        let graceful = GracefulShutdown::new();
-        let limit = Arc::new(Semaphore::new(self.config.max_connections));
-        let builder = Arc::new(self.http_builder());
-        tokio::pin!(shutdown);
-        loop {
-            let permit = tokio::select! {
-                p = Arc::clone(&limit).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                () = &mut shutdown => break,
-            };
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => {
-                        // Small answers must not wait on Nagle's algorithm.
-                        let _ = a.0.set_nodelay(true);
-                        a
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            let arrival = Arrival::new(peer, exposure, tls.is_some());
-            let router = Arc::clone(&self);
-            let slot = ConnectionSlot(Arc::new(permit));
-            let request_slot = slot.clone();
-            let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-                if req.headers().contains_key(http::header::UPGRADE) {
-                    // A tunnel it opens keeps the connection's place under the limit.
-                    req.extensions_mut().insert(request_slot.clone());
-                }
-                let (router, arrival) = (Arc::clone(&router), arrival.clone());
-                async move { Ok::<_, std::convert::Infallible>(router.handle_arrival(req, arrival).await) }
-            });
-            let (builder, watcher, tls) = (Arc::clone(&builder), graceful.watcher(), tls.clone());
-            let handshake_timeout = self.config.header_timeout;
-            tokio::spawn(async move {
+        let limits = ServeLimits {
+            max_connections: self.config.max_connections,
+            header_timeout: self.config.header_timeout,
+            drain_timeout: self.config.drain_timeout,
+        };
+        let builder = Arc::new(serve::http_builder(self.config.header_timeout, self.config.max_header_bytes));
+        let router = Arc::clone(&self);
+        serve::accept_loop("fiber-router", listener, &limits, shutdown, move |conn| {
+            let arrival = Arrival::new(conn.peer, exposure, tls.is_some());
+            let slot = ConnectionSlot(Arc::new(conn.permit));
+            let service = Router::connection_service(Arc::clone(&router), arrival, slot.clone());
+            let (builder, tls, peer) = (Arc::clone(&builder), tls.clone(), conn.peer);
+            let handshake_timeout = limits.header_timeout;
+            async move {
                 let served = match tls {
-                    None => watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned()).await,
-                    Some(acceptor) => match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                    None => {
+                        conn.watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(conn.stream), service).into_owned()).await
+                    }
+                    Some(acceptor) => match tokio::time::timeout(handshake_timeout, acceptor.accept(conn.stream)).await {
                         Ok(Ok(stream)) => {
-                            watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned()).await
+                            conn.watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned()).await
                         }
                         Ok(Err(e)) => Err(format!("TLS handshake failed: {e}").into()),
                         Err(_) => Err(format!("TLS handshake took longer than {handshake_timeout:?}").into()),
@@ -274,23 +249,32 @@ impl Router {
                     tracing::debug!(error = %e, %peer, "connection ended with an error");
                 }
                 drop(slot);
-            });
-        }
-        drop(listener);
-        if tokio::time::timeout(self.config.drain_timeout, graceful.shutdown()).await.is_err() {
-            tracing::warn!(timeout = ?self.config.drain_timeout, "drain deadline passed with requests in flight");
-        }
+            }
+        })
+        .await;
     }
 
-    /// The HTTP/1.1 and HTTP/2 settings of every connection.
-    fn http_builder(&self) -> auto::Builder<TokioExecutor> {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // Heads far over the limit are refused (431) while they are read, before
-        // they are buffered; those just over it by the check in `handle_arrival`.
-        let max_buf = (2 * self.config.max_header_bytes).max(16 * 1024);
-        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.config.header_timeout).max_buf_size(max_buf);
-        builder.http2().max_header_list_size(u32::try_from(max_buf).unwrap_or(u32::MAX));
-        builder
+    /// The service answering one connection's requests; a request asking for an upgrade
+    /// carries the connection's `slot`, so a tunnel it opens keeps its place under the limit.
+    fn connection_service(
+        router: Arc<Self>,
+        arrival: Arrival,
+        slot: ConnectionSlot,
+    ) -> impl hyper::service::Service<
+        hyper::Request<Incoming>,
+        Response = Resp,
+        Error = std::convert::Infallible,
+        Future = impl std::future::Future<Output = Result<Resp, std::convert::Infallible>> + Send + 'static,
+    > + Clone
+    + Send
+    + 'static {
+        hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            if req.headers().contains_key(http::header::UPGRADE) {
+                req.extensions_mut().insert(slot.clone());
+            }
+            let (router, arrival) = (Arc::clone(&router), arrival.clone());
+            async move { Ok::<_, std::convert::Infallible>(router.handle_arrival(req, arrival).await) }
+        })
     }
 
     /// Answers one request arriving on an [`Exposure::All`] listener.

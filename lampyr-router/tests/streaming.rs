@@ -2,7 +2,8 @@
 //! real sockets with an `HttpBackend`: a response's first bytes reach the
 //! client while the upstream is still writing; a request's first bytes reach
 //! the upstream while the client is still sending; oversized heads are `431`,
-//! oversized streamed bodies `413`, a body still arriving at the deadline `408`.
+//! oversized streamed bodies `413`, a body still arriving at the deadline `408`, a head still
+//! arriving at the header timeout closes its connection.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,7 +17,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use lampyr_api::policy::{FiberPolicy, TimeoutPolicy};
-use lampyr_router::{HttpBackend, HttpLimits, RouteTable};
+use lampyr_router::{HttpBackend, HttpLimits, RouteTable, RouterConfig};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
 mod support;
@@ -184,4 +186,24 @@ async fn limits_are_answered_at_the_edge_431_413_408() {
     let resp = within("the answer", pending).await.expect("task").expect("response");
     assert_eq!(resp.status(), 408, "the client was still sending at the deadline");
     drop(tx);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_that_stops_arriving_is_closed_at_the_header_timeout_and_the_next_is_served() {
+    let up = upstream(Arc::new(Notify::new())).await;
+    let backend = Arc::new(HttpBackend::new(up, 1024, HttpLimits::default()));
+    let mut table = RouteTable::default();
+    support::add_sole_revision(&mut table, "up", "up-00001", FiberPolicy::default(), backend);
+    let config = RouterConfig { header_timeout: Duration::from_millis(300), ..RouterConfig::default() };
+    let addr = support::serve_with(config, table).await.1;
+
+    let mut stalled = TcpStream::connect(addr).await.expect("connect");
+    stalled.write_all(format!("GET / HTTP/1.1\r\nHost: {HOST}\r\n").as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut answer)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "a head unfinished past the header timeout closes its connection unanswered: {closed:?}");
+
+    let c = lampyr_testenv::http_client().timeout(Duration::from_secs(30)).build().expect("client");
+    let resp = c.get(format!("http://{addr}/")).header("host", HOST).send().await.expect("response");
+    assert_eq!(resp.status().as_u16(), 200, "a request after the stalled one");
 }
