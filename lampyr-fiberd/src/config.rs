@@ -110,6 +110,9 @@ pub struct FiberdConfig {
     pub status_interval: Duration,
     /// Homes loading at once; more wait their turn.
     pub max_concurrent_loads: usize,
+    /// Sandboxes kept ready for Revisions waking from zero, shared by every Home
+    /// ([`lampyr_fiber::runtime::spare`]; 0: none).
+    pub spare_sandboxes: usize,
     /// Longest one load (pull, unseal, verify, template) may take.
     pub load_timeout: Duration,
     /// First wait before loading a Home again after it failed; doubles up to `retry_max`.
@@ -129,7 +132,7 @@ impl FiberdConfig {
     /// Instance `name` serving `grants`, caching artifacts in `cache_dir`, with defaults
     /// for the rest: all namespaces, the listener's address, HTTPS registries, the
     /// fleet key from [`SecretKeyRef::fleet_key`], a 10 GiB cache, `ly run`'s scaler, no capacity bound, status at most
-    /// once a second per Home, 2 loads at once of at most 5 minutes each, retries
+    /// once a second per Home, 2 spare sandboxes, 2 loads at once of at most 5 minutes each, retries
     /// after 2 s doubling to 5 minutes, 10 s to clear status, 2 s more accepting, 30 s to drain.
     pub fn new(name: impl Into<String>, grants: Vec<String>, cache_dir: impl Into<PathBuf>) -> Self {
         FiberdConfig {
@@ -148,6 +151,7 @@ impl FiberdConfig {
             instance: None,
             status_interval: Duration::from_secs(1),
             max_concurrent_loads: 2,
+            spare_sandboxes: lampyr_fiber::runtime::spare::DEFAULT_TARGET,
             load_timeout: Duration::from_secs(300),
             retry_min: Duration::from_secs(2),
             retry_max: Duration::from_secs(300),

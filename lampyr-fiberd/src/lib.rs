@@ -110,6 +110,7 @@ pub async fn run(
         name = %config.name, grants = ?config.grants, namespace = config.namespace.as_deref().unwrap_or("(all)"),
         listen = %local, advertise = %address, "fiberd starting"
     );
+    lampyr_fiber::runtime::spare::set_target(config.spare_sandboxes);
     let shared = Arc::new(daemon::Shared {
         status: status::StatusWriter::new(client, config.field_manager()),
         loads: Arc::new(Semaphore::new(config.max_concurrent_loads)),

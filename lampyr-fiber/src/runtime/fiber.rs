@@ -48,9 +48,18 @@ pub enum Disposition {
 impl Fiber {
     /// Builds a fiber from `template` (no guest code runs).
     pub fn new(template: &Template) -> Result<Self, HyperlightError> {
-        let sandbox = template.new_sandbox()?;
+        Ok(Self::of(template.new_sandbox()?))
+    }
+
+    /// The first fiber of a Revision waking from zero: from a spare sandbox when one is
+    /// ready ([`Template::waking_sandbox`]), so no VM is built on the request's path.
+    pub fn waking(template: &Template) -> Result<Self, HyperlightError> {
+        Ok(Self::of(template.waking_sandbox()?))
+    }
+
+    fn of(sandbox: hyperlight_host::Sandbox) -> Self {
         let interrupt = sandbox.interrupt_handle();
-        Ok(Fiber { sandbox, interrupt })
+        Fiber { sandbox, interrupt }
     }
 
     /// The handle a watchdog uses to interrupt this fiber's call.

@@ -1,4 +1,4 @@
-//! Fibers serving requests: templates, fibers, pools, readiness, watchdogs.
+//! Fibers serving requests: templates, fibers, pools, spare sandboxes, readiness, watchdogs.
 
 pub mod capacity;
 pub mod fiber;
@@ -6,6 +6,7 @@ pub mod host;
 pub mod pool;
 pub mod readiness;
 pub mod revision;
+pub mod spare;
 pub mod stream;
 pub mod template;
 pub mod watchdog;

@@ -477,7 +477,10 @@ impl PoolInner {
         if let Some(account) = &self.config.capacity {
             account.admit().map_err(StartError::Capacity).inspect_err(|_| unreserve())?;
         }
-        match Fiber::new(&self.template) {
+        // The pool's only fiber: the Revision is waking from zero, and a request waits for it.
+        let waking = self.live.load(Ordering::Acquire) == 1;
+        let started = if waking { Fiber::waking(&self.template) } else { Fiber::new(&self.template) };
+        match started {
             Ok(fiber) => {
                 self.metrics.fiber_starts.inc();
                 Ok(fiber)

@@ -88,10 +88,19 @@ impl Template {
     pub fn new_sandbox(&self) -> Result<Sandbox, hyperlight_host::HyperlightError> {
         sandbox_from(&self.snapshot, &self.sizes)
     }
+
+    /// A sandbox of the template for a Revision waking from zero: a spare restored to it
+    /// ([`super::spare`]) when one of its sizes is ready, else a new one.
+    pub fn waking_sandbox(&self) -> Result<Sandbox, hyperlight_host::HyperlightError> {
+        match super::spare::take(&self.snapshot, &self.sizes) {
+            Some(sandbox) => Ok(sandbox),
+            None => self.new_sandbox(),
+        }
+    }
 }
 
 /// A sandbox from `snapshot` with Lampyr's host functions.
-fn sandbox_from(snapshot: &Arc<Snapshot>, sizes: &SandboxSizes) -> Result<Sandbox, hyperlight_host::HyperlightError> {
+pub(super) fn sandbox_from(snapshot: &Arc<Snapshot>, sizes: &SandboxSizes) -> Result<Sandbox, hyperlight_host::HyperlightError> {
     lampyr_builder(SandboxBuilder::from_snapshot(Arc::clone(snapshot)), sizes).build()
 }
 

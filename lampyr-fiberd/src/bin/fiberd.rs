@@ -95,6 +95,9 @@ struct Args {
     /// Homes loading at once.
     #[arg(long, default_value_t = 2)]
     max_concurrent_loads: usize,
+    /// Sandboxes kept ready for Revisions waking from zero (0: none).
+    #[arg(long, default_value_t = lampyr_fiber::runtime::spare::DEFAULT_TARGET)]
+    spare_sandboxes: usize,
     /// Seconds requests in flight may finish after SIGTERM.
     #[arg(long, default_value = "30", value_parser = seconds)]
     drain_seconds: Duration,
@@ -148,6 +151,7 @@ fn config(args: &Args) -> Result<FiberdConfig, String> {
     config.instance = args.instance_index.map(|index| InstanceShare { index, count: args.instances.unwrap_or(0) });
     config.status_interval = args.status_interval;
     config.max_concurrent_loads = args.max_concurrent_loads;
+    config.spare_sandboxes = args.spare_sandboxes;
     config.drain_timeout = args.drain_seconds;
     config.deregistration_delay = args.deregistration_seconds;
     Ok(config)
