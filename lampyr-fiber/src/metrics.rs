@@ -61,7 +61,8 @@ impl Default for RuntimeMetrics {
 }
 
 impl RuntimeMetrics {
-    /// Registers every family under the `lampyr_fiber` prefix.
+    /// Registers every family under the `lampyr_fiber` prefix, the process's spare
+    /// sandboxes' ([`crate::runtime::spare::register`]) with them.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("lampyr_fiber");
         r.register("requests", "Requests served by fibers, by revision and outcome", self.requests.clone());
@@ -79,6 +80,7 @@ impl RuntimeMetrics {
         r.register("in_flight", "Requests executing in fibers", self.in_flight.clone());
         r.register("queued", "Requests waiting for a fiber", self.queued.clone());
         r.register("fibers", "Fibers alive, idle or busy", self.fibers.clone());
+        crate::runtime::spare::register(registry);
     }
 }
 

@@ -64,6 +64,12 @@ async fn a_revision_waking_from_zero_takes_a_spare_made_from_another_and_answers
         assert_eq!(answer(&counting).await, "1\n", "request {request}: counter's state, restored from counter's snapshot");
     }
     assert_eq!(spare::used(), used + 1, "counter's first fiber came from the spare");
+    let mut registry = prometheus_client::registry::Registry::default();
+    RuntimeMetrics::default().register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("metrics encode");
+    assert!(text.contains(&format!("lampyr_fiber_spare_starts_total {}", spare::used())), "{text}");
+    assert!(text.contains("lampyr_fiber_spares "), "{text}");
     assert_eq!(answer(&greeter).await, "Hello spare!\n", "hello is unchanged beside it");
 
     // Off: a wake builds its own fiber and the spares are gone.

@@ -9,11 +9,14 @@
 //! the process (one set for every pool in it), not to a Revision: a Revision at zero holds
 //! none. [`set_target`] sets how many are kept (default [`DEFAULT_TARGET`]; 0 turns them off).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hyperlight_host::Sandbox;
 use hyperlight_host::sandbox::snapshot::Snapshot;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 use crate::build::SandboxSizes;
 
@@ -29,8 +32,10 @@ struct Spares {
     target: AtomicUsize,
     /// Set while a refill runs (one at a time).
     refilling: AtomicBool,
-    /// Spares restored to a template so far.
-    used: AtomicU64,
+    /// Spares ready, as exported (`lampyr_fiber_spares`).
+    ready_gauge: Gauge,
+    /// Spares restored to a template so far (`lampyr_fiber_spare_starts_total`).
+    used: Counter,
 }
 
 fn spares() -> &'static Spares {
@@ -39,7 +44,8 @@ fn spares() -> &'static Spares {
         ready: Mutex::new(Vec::new()),
         target: AtomicUsize::new(DEFAULT_TARGET),
         refilling: AtomicBool::new(false),
-        used: AtomicU64::new(0),
+        ready_gauge: Gauge::default(),
+        used: Counter::default(),
     })
 }
 
@@ -49,7 +55,16 @@ pub fn set_target(n: usize) {
     spares.target.store(n, Ordering::Release);
     if let Ok(mut ready) = spares.ready.lock() {
         ready.truncate(n);
+        spares.count(&ready);
     }
+}
+
+/// Registers the spares' metrics (process-wide, no labels) in `registry`, under `lampyr_fiber`.
+pub fn register(registry: &mut Registry) {
+    let spares = spares();
+    let r = registry.sub_registry_with_prefix("lampyr_fiber");
+    r.register("spares", "Spare sandboxes ready for Revisions waking from zero", spares.ready_gauge.clone());
+    r.register("spare_starts", "Fibers started from a spare sandbox restored to their template", spares.used.clone());
 }
 
 /// Spares ready now.
@@ -59,7 +74,7 @@ pub fn ready() -> usize {
 
 /// Spares restored to a template (fibers started from a spare) since the process started.
 pub fn used() -> u64 {
-    spares().used.load(Ordering::Acquire)
+    spares().used.get()
 }
 
 /// A spare of `sizes` restored to `snapshot`, or `None` when none is ready (the oldest spare
@@ -68,18 +83,23 @@ pub fn used() -> u64 {
 pub(crate) fn take(snapshot: &Arc<Snapshot>, sizes: &SandboxSizes) -> Option<Sandbox> {
     let spares = spares();
     let taken = spares.ready.lock().ok().and_then(|mut ready| match ready.iter().position(|(s, _)| s == sizes) {
-        Some(at) => Some(ready.swap_remove(at).1),
+        Some(at) => {
+            let spare = ready.swap_remove(at).1;
+            spares.count(&ready);
+            Some(spare)
+        }
         None => {
             // None of these sizes: the oldest spare makes room for one of them.
             if !ready.is_empty() {
                 drop(ready.remove(0));
+                spares.count(&ready);
             }
             None
         }
     });
     let restored = taken.and_then(|mut sandbox| match sandbox.restore(Arc::clone(snapshot)) {
         Ok(()) if sandbox.status().is_ready() => {
-            spares.used.fetch_add(1, Ordering::AcqRel);
+            spares.used.inc();
             Some(sandbox)
         }
         Ok(()) => None,
@@ -129,7 +149,13 @@ impl Spares {
             && ready.len() < self.target.load(Ordering::Acquire)
         {
             ready.push((sizes, sandbox));
+            self.count(&ready);
         }
+    }
+
+    /// Sets the exported count of spares to `ready`'s (called under its lock).
+    fn count(&self, ready: &[(SandboxSizes, Sandbox)]) {
+        self.ready_gauge.set(i64::try_from(ready.len()).unwrap_or(i64::MAX));
     }
 
     /// Whether fewer spares are ready than the target.
