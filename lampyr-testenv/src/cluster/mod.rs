@@ -343,11 +343,16 @@ pub(crate) fn owned_data_dir(prefix: &str) -> Result<PathBuf, String> {
 /// the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), which every `bind(:0)` and
 /// outgoing connection draws from, so a component restarting on its port finds it still free
 /// (drawn from that range, a restarting router's port once went to another component's admin
-/// server in between). Never given twice by this process; the scan starts at a random port, so
-/// parallel test processes rarely try the same one, and a port someone holds is skipped.
+/// server in between). Never given twice by this process, nor while this process lives to
+/// another test process: each port given is claimed by an exclusive `flock` on
+/// `<temp dir>/lampyr-test-ports/<port>`, held until the process exits (a port checked free by
+/// two processes at once went to both, and the second component's bind failed). The scan
+/// starts at a random port, and a port someone holds or claims is skipped.
 pub fn free_port() -> Result<u16, String> {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    static GIVEN: std::sync::Mutex<Vec<(u16, std::fs::File)>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let claims = std::env::temp_dir().join("lampyr-test-ports");
+    std::fs::create_dir_all(&claims).map_err(|e| format!("creating {}: {e}", claims.display()))?;
     let below = ephemeral_range_start();
     let span = below.checked_sub(FIRST_TEST_PORT).filter(|span| *span >= 1024).ok_or_else(|| {
         format!("the kernel's ephemeral ports start at {below}, leaving too few below for tests (want {FIRST_TEST_PORT} and up free)")
@@ -355,12 +360,23 @@ pub fn free_port() -> Result<u16, String> {
     let start = random_u64() % u64::from(span);
     for offset in 0..u64::from(span) {
         let port = FIRST_TEST_PORT + ((start + offset) % u64::from(span)) as u16;
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
+        if given.iter().any(|(p, _)| *p == port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        if let Some(claim) = claim_port(&claims, port) {
+            given.push((port, claim));
             return Ok(port);
         }
     }
     Err(format!("no free loopback port between {FIRST_TEST_PORT} and {below}"))
+}
+
+/// `port`'s claim file under `claims`, locked for this process; `None` when another process
+/// holds it (or it cannot be opened).
+fn claim_port(claims: &Path, port: u16) -> Option<std::fs::File> {
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(claims.join(port.to_string())).ok()?;
+    file.try_lock().ok()?;
+    Some(file)
 }
 
 /// The lowest port [`free_port`] gives out.
@@ -647,5 +663,28 @@ async fn wait_for_controller(cluster: &Cluster, admin: &Client, deadline: Instan
             .poll(deadline, &format!("the controller's leases for {missing:?} (held: {held:?})"))
             .await
             .map_err(|e| format!("{e}; controller log:\n{}", cluster.log_tail(CONTROLLER_COMPONENT, 20)))?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_claimed_by_one_holder_is_refused_to_another_until_released() {
+        let claims = tempfile::tempdir().expect("tempdir");
+        let first = claim_port(claims.path(), 12_345).expect("the first claim");
+        // A second open file description stands for another process: flock locks are per description.
+        assert!(claim_port(claims.path(), 12_345).is_none(), "a port claimed elsewhere is claimed again");
+        assert!(claim_port(claims.path(), 12_346).is_some(), "another port is free to claim");
+        drop(first);
+        assert!(claim_port(claims.path(), 12_345).is_some(), "a released port can be claimed");
+    }
+
+    #[test]
+    fn ports_given_are_claimed_for_the_process() {
+        let port = free_port().expect("a free port");
+        let claims = std::env::temp_dir().join("lampyr-test-ports");
+        assert!(claim_port(&claims, port).is_none(), "port {port} was given without a claim another process would see");
     }
 }
