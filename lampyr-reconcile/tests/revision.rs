@@ -215,7 +215,8 @@ async fn h2c_revisions_get_port_81_and_sealed_templates_reach_the_home() {
     let svc = wait_for(&apis.services, "grpc-00001", "Service created", |_| true).await;
     let port = &svc.spec.expect("spec").ports.expect("ports")[0];
     assert_eq!((port.name.as_deref(), port.port), (Some("http2"), 81));
-    let home = apis.homes.get("grpc-00001").await.expect("home");
+    // The Service is created before the Home is applied (docs/lampyr-controller.md): wait for both.
+    let home = wait_for(&apis.homes, "grpc-00001", "Home created", |_| true).await;
     assert!(home.spec.policy.http2);
     assert_eq!(home.spec.sealed_template.as_deref(), Some(sealed.as_str()));
     controller.stop().await;
